@@ -1,0 +1,281 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// State is the state of a [Breaker].
+type State int
+
+const (
+	// StateClosed lets every call through and counts outcomes.
+	StateClosed State = iota
+	// StateOpen rejects every call with [ErrOpen].
+	StateOpen
+	// StateHalfOpen admits a few probe calls to test the downstream.
+	StateHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	switch s {
+	case StateClosed:
+		return "closed"
+	case StateOpen:
+		return "open"
+	case StateHalfOpen:
+		return "half-open"
+	default:
+		return fmt.Sprintf("State(%d)", int(s))
+	}
+}
+
+// ErrOpen is returned for every call the breaker rejects. Every rejection
+// matches errors.Is(err, ErrOpen), including [ErrTooManyProbes].
+var ErrOpen = errors.New("breaker: open")
+
+// ErrTooManyProbes is returned in half-open when the probe quota is used up.
+// It is distinguishable from ErrOpen with ==, and errors.Is(err, ErrOpen)
+// holds for it.
+var ErrTooManyProbes error = probeQuotaError{}
+
+type probeQuotaError struct{}
+
+func (probeQuotaError) Error() string        { return "breaker: open (half-open probe quota used up)" }
+func (probeQuotaError) Is(target error) bool { return target == ErrOpen }
+
+// Counts is a snapshot of a breaker's lifetime totals and of its current
+// state's counters.
+//
+// Once no call is in flight, Requests = Successes + Failures + Neutral +
+// RejectedOpen + RejectedProbes.
+type Counts struct {
+	Requests       uint64 // calls that asked to pass (Do or Allow)
+	Successes      uint64 // admitted calls that succeeded
+	Failures       uint64 // admitted calls that failed
+	Neutral        uint64 // admitted calls that were neither (caller's cancellation, IsExcluded)
+	RejectedOpen   uint64 // rejected because open
+	RejectedProbes uint64 // rejected in half-open because the probe quota was used up
+	Probes         uint64 // calls admitted in half-open (native engine only)
+	ProbeFailures  uint64 // probes that failed, including those that returned after a re-open (native engine only)
+	Opens          uint64 // transitions into open
+
+	// ConsecutiveFailures is the current run of failures in closed.
+	ConsecutiveFailures uint64
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use. Create one with
+// [New] or [FromGobreaker]; the zero value is not usable.
+type Breaker struct {
+	s    Settings // normalized; zero for an adapted gobreaker
+	m    *machine // native engine, or nil
+	gb   *gobreaker.TwoStepCircuitBreaker[any]
+	note notifier
+
+	adapted bool // made by FromGobreaker
+
+	requests, successes, failures, neutral atomic.Uint64
+	rejectedOpen, rejectedProbes           atomic.Uint64
+	opens                                  atomic.Uint64
+}
+
+// New returns a Breaker for s, or a [*SettingsError] naming the first invalid
+// field.
+func New(s Settings) (*Breaker, error) {
+	s, err := s.normalize()
+	if err != nil {
+		return nil, err
+	}
+	b := &Breaker{s: s}
+	b.note.fn = s.OnStateChange
+	if s.Engine == EngineGobreaker {
+		b.gb = newGobreakerEngine(b)
+	} else {
+		b.m = newMachine(b)
+	}
+	return b, nil
+}
+
+// Settings returns the breaker's settings with every default filled in. For a
+// breaker made by [FromGobreaker] it returns the zero Settings with Engine
+// set to EngineGobreaker: the wrapped breaker's settings are not visible.
+func (b *Breaker) Settings() Settings { return b.s }
+
+// String describes the breaker, e.g. "breaker(5 consecutive, open 1s)".
+func (b *Breaker) String() string {
+	if b.adapted {
+		return "breaker(gobreaker)"
+	}
+	s := b.s
+	var rules string
+	if s.ConsecutiveFailures > 0 {
+		rules = fmt.Sprintf("%d consecutive", s.ConsecutiveFailures)
+	}
+	add := func(r string) {
+		if rules != "" {
+			rules += " or "
+		}
+		rules += r
+	}
+	win := s.Window.String()
+	if s.WindowCalls > 0 {
+		win = fmt.Sprintf("%d calls", s.WindowCalls)
+	}
+	if s.FailureRate > 0 {
+		add(fmt.Sprintf("%g%% of %s", s.FailureRate*100, win))
+	}
+	if s.SlowCallRate > 0 {
+		add(fmt.Sprintf("%g%% slower than %v of %s", s.SlowCallRate*100, s.SlowCall, win))
+	}
+	name := "breaker"
+	if s.Name != "" {
+		name += " " + s.Name
+	}
+	return fmt.Sprintf("%s(%s, open %v)", name, rules, s.OpenTimeout)
+}
+
+// Permit is the admission of one call by [Breaker.Allow]. Report the call's
+// outcome with [Permit.Done] exactly once. The zero Permit's Done does
+// nothing.
+type Permit struct {
+	b     *Breaker
+	g     *gen
+	ctx   context.Context
+	start time.Time
+	gdone func(error)
+}
+
+// Allow asks the breaker to admit one call: the two-step form of
+// [Breaker.Do] for interceptors and streams. On success, run the call and
+// pass its error to [Permit.Done]; ctx is the caller's context, used to tell
+// the caller's own cancellation from a failure. On rejection the error matches
+// [ErrOpen].
+func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
+	b.requests.Add(1)
+	if b.m != nil {
+		return b.m.allow(ctx)
+	}
+	done, err := b.gb.Allow()
+	b.note.deliver()
+	if err != nil {
+		if errors.Is(err, gobreaker.ErrTooManyRequests) {
+			b.rejectedProbes.Add(1)
+			return Permit{}, ErrTooManyProbes
+		}
+		b.rejectedOpen.Add(1)
+		return Permit{}, ErrOpen
+	}
+	return Permit{b: b, ctx: ctx, gdone: done}, nil
+}
+
+// Done reports the outcome of the admitted call: err is the call's error.
+func (p Permit) Done(err error) {
+	b := p.b
+	if b == nil {
+		return
+	}
+	o := b.classify(p.ctx, err)
+	if p.gdone != nil {
+		b.count(o)
+		p.gdone(gobreakerOutcome(b, o, err))
+		b.note.deliver()
+		return
+	}
+	b.m.done(p, o)
+}
+
+// Do runs call if the breaker admits it and records its outcome. A rejected
+// call is not run and Do returns an error matching [ErrOpen]; otherwise Do
+// returns call's error unchanged. A call that panics is recorded as a failure
+// and the panic goes on.
+func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
+	p, err := b.Allow(ctx)
+	if err != nil {
+		return err
+	}
+	finished := false
+	defer func() {
+		if !finished {
+			p.Done(errPanicked)
+		}
+	}()
+	err = call(ctx)
+	finished = true
+	p.Done(err)
+	return err
+}
+
+var errPanicked = errors.New("breaker: call panicked")
+
+// State returns the current state. An open breaker whose stay has ended
+// reports half-open (or closed with SkipHalfOpen), as the next call would
+// find it.
+func (b *Breaker) State() State {
+	if b.m != nil {
+		return b.m.state()
+	}
+	st := b.gb.State()
+	b.note.deliver()
+	return fromGobreakerState(st)
+}
+
+// Counts returns a snapshot of the breaker's counters.
+func (b *Breaker) Counts() Counts {
+	c := Counts{
+		Requests:       b.requests.Load(),
+		Successes:      b.successes.Load(),
+		Failures:       b.failures.Load(),
+		Neutral:        b.neutral.Load(),
+		RejectedOpen:   b.rejectedOpen.Load(),
+		RejectedProbes: b.rejectedProbes.Load(),
+		Opens:          b.opens.Load(),
+	}
+	if b.m != nil {
+		b.m.fill(&c)
+	} else {
+		c.ConsecutiveFailures = uint64(b.gb.Counts().ConsecutiveFailures)
+	}
+	return c
+}
+
+// outcome is how one admitted call counts.
+type outcome uint8
+
+const (
+	success outcome = iota
+	failure
+	neutral
+)
+
+func (b *Breaker) classify(ctx context.Context, err error) outcome {
+	if err == nil {
+		return success
+	}
+	if ctx != nil && ctx.Err() != nil {
+		return neutral
+	}
+	if b.s.IsExcluded != nil && b.s.IsExcluded(err) {
+		return neutral
+	}
+	if b.s.IsFailure != nil && !b.s.IsFailure(err) {
+		return success
+	}
+	return failure
+}
+
+func (b *Breaker) count(o outcome) {
+	switch o {
+	case success:
+		b.successes.Add(1)
+	case failure:
+		b.failures.Add(1)
+	default:
+		b.neutral.Add(1)
+	}
+}

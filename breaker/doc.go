@@ -1,0 +1,40 @@
+// Package breaker is a circuit breaker: closed, open and half-open, with trip
+// rules on consecutive failures, a failure rate and a slow-call rate over a
+// sliding window of time or of calls.
+//
+// A [Breaker] runs on callguard's native state machine or, with
+// [EngineGobreaker], on github.com/sony/gobreaker/v2; with the same settings
+// both go through the same transitions at the same instants. The native
+// machine adds what gobreaker cannot do: closing on k successes among n
+// probes ([Settings.HalfOpenSuccesses]), an open stay that grows on repeated
+// trips ([Settings.MaxOpenTimeout]), count windows and slow-call rates,
+// state-change callbacks called with no lock held, and a closed-state success
+// path that takes no lock and allocates nothing.
+//
+// # States
+//
+// Closed lets every call through and counts outcomes; when a trip rule fires
+// the breaker opens. Open rejects every call with [ErrOpen] for
+// [Settings.OpenTimeout]. The first call after that finds the breaker
+// half-open: it admits [Settings.HalfOpenProbes] probe calls and rejects the
+// rest with [ErrTooManyProbes] (which also matches ErrOpen). It closes after
+// [Settings.HalfOpenSuccesses] successful probes and re-opens as soon as a
+// failure makes that number unreachable. Nothing runs in the background: a
+// state whose time is up changes on the next call or [Breaker.State].
+//
+// # Outcomes
+//
+// A call's error is a success (nil, or [Settings.IsFailure] says no), a
+// failure, or neutral: the caller's own context was done, or
+// [Settings.IsExcluded] says so. Neutral calls count toward nothing, and a
+// neutral probe gives its half-open slot back.
+//
+// # Where it goes in a chain
+//
+// The canonical order is overall timeout → retry → breaker → per-attempt
+// timeout → call: retry outside the breaker so that the breaker counts every
+// attempt and a retry gives up at once on [ErrOpen]; an attempt timeout
+// inside it so that a hung call cannot hold a half-open probe slot forever.
+// Time comes only from the standard library (time.Now), so tests can run a
+// breaker in virtual time with testing/synctest.
+package breaker

@@ -1,0 +1,102 @@
+package breaker
+
+import (
+	"errors"
+
+	"github.com/sony/gobreaker/v2"
+)
+
+// gobreakerExpressible rejects the settings gobreaker/v2 has no equivalent for.
+func gobreakerExpressible(s Settings) error {
+	const why = "not expressible with EngineGobreaker; use EngineNative"
+	switch {
+	case s.WindowCalls > 0:
+		return invalid("WindowCalls", s.WindowCalls, why)
+	case s.SlowCall > 0:
+		return invalid("SlowCall", s.SlowCall, why)
+	case s.MaxOpenTimeout > 0:
+		return invalid("MaxOpenTimeout", s.MaxOpenTimeout, why)
+	case s.SkipHalfOpen:
+		return invalid("SkipHalfOpen", s.SkipHalfOpen, why)
+	case s.HalfOpenSuccesses != s.HalfOpenProbes:
+		return invalid("HalfOpenSuccesses", s.HalfOpenSuccesses, "must equal HalfOpenProbes with EngineGobreaker (all probes must succeed)")
+	case s.FailureRate > 0 && s.Window < windowBuckets:
+		return invalid("Window", s.Window, why)
+	}
+	return nil
+}
+
+// errGobreakerFailure and errGobreakerNeutral carry callguard's
+// classification into gobreaker's IsSuccessful and IsExcluded.
+var (
+	errGobreakerFailure = errors.New("breaker: failure")
+	errGobreakerNeutral = errors.New("breaker: neutral")
+)
+
+func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
+	s := b.s
+	st := gobreaker.Settings{
+		Name:         s.Name,
+		MaxRequests:  uint32(s.HalfOpenProbes),
+		Timeout:      s.OpenTimeout,
+		IsSuccessful: func(err error) bool { return err == nil },
+		IsExcluded:   func(err error) bool { return err == errGobreakerNeutral },
+		OnStateChange: func(_ string, from, to gobreaker.State) {
+			// Called under gobreaker's lock: only queue it.
+			if to == gobreaker.StateOpen {
+				b.opens.Add(1)
+			}
+			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
+		},
+	}
+	consecutive := uint32(s.ConsecutiveFailures)
+	rate, minCalls := s.FailureRate, uint32(s.MinCalls)
+	if rate > 0 {
+		st.Interval = s.Window
+		st.BucketPeriod = s.Window / windowBuckets
+	}
+	st.ReadyToTrip = func(c gobreaker.Counts) bool {
+		if consecutive > 0 && c.ConsecutiveFailures >= consecutive {
+			return true
+		}
+		calls := c.TotalSuccesses + c.TotalFailures
+		return rate > 0 && calls > 0 && calls >= minCalls && reached(uint64(c.TotalFailures), uint64(calls), rate)
+	}
+	return gobreaker.NewTwoStepCircuitBreaker[any](st)
+}
+
+// gobreakerOutcome is the error passed to a gobreaker done function.
+func gobreakerOutcome(b *Breaker, o outcome, err error) error {
+	if b.adapted {
+		return err // the wrapped breaker's own settings classify
+	}
+	switch o {
+	case success:
+		return nil
+	case failure:
+		return errGobreakerFailure
+	default:
+		return errGobreakerNeutral
+	}
+}
+
+func fromGobreakerState(s gobreaker.State) State {
+	switch s {
+	case gobreaker.StateOpen:
+		return StateOpen
+	case gobreaker.StateHalfOpen:
+		return StateHalfOpen
+	default:
+		return StateClosed
+	}
+}
+
+// FromGobreaker wraps an existing gobreaker two-step breaker so that it can
+// sit in a chain. The wrapped breaker keeps its own settings: its
+// IsSuccessful and IsExcluded see the call's error as is, and its
+// OnStateChange is its own. Rejections are mapped to [ErrOpen] and
+// [ErrTooManyProbes]. The returned Breaker's Settings are unknown to
+// callguard, so a chain's lint treats it as opaque.
+func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) *Breaker {
+	return &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}
+}

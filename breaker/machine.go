@@ -1,0 +1,285 @@
+package breaker
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// machine is the native engine. Each state the breaker enters is a new,
+// immutable-state *gen published through an atomic pointer: calls in closed
+// and rejections in open read it without a lock, outcomes of a generation
+// that has ended are ignored (as in gobreaker), and clearing the counters on
+// a transition is just a new gen.
+type machine struct {
+	b   *Breaker
+	s   *Settings
+	cur atomic.Pointer[gen]
+
+	mu     sync.Mutex // serializes transitions, failures and half-open accounting
+	streak int        // trips since the last close, for MaxOpenTimeout growth
+
+	probes, probeFailures atomic.Uint64
+
+	timed bool // SlowCall is on: calls need a start time
+}
+
+type gen struct {
+	state  State
+	since  time.Time
+	expiry time.Time // open: leave open strictly after this
+
+	// closed
+	consec atomic.Uint64
+	tw     *timeWindow
+	cw     *countWindow
+
+	// half-open, guarded by machine.mu
+	admitted, succeeded, failed int
+}
+
+func newMachine(b *Breaker) *machine {
+	m := &machine{b: b, s: &b.s, timed: b.s.SlowCall > 0}
+	m.cur.Store(m.newGen(StateClosed, time.Now()))
+	return m
+}
+
+func (m *machine) newGen(st State, now time.Time) *gen {
+	g := &gen{state: st, since: now}
+	if st == StateClosed {
+		switch {
+		case m.s.WindowCalls > 0:
+			g.cw = newCountWindow(m.s.WindowCalls)
+		case m.s.Window > 0:
+			g.tw = newTimeWindow(now, m.s.Window)
+		}
+	}
+	return g
+}
+
+func (m *machine) allow(ctx context.Context) (Permit, error) {
+	g := m.cur.Load()
+	switch g.state {
+	case StateClosed:
+		p := Permit{b: m.b, g: g, ctx: ctx}
+		if m.timed {
+			p.start = time.Now()
+		}
+		return p, nil
+	case StateOpen:
+		if !g.expiry.Before(time.Now()) {
+			m.b.rejectedOpen.Add(1)
+			return Permit{}, ErrOpen
+		}
+	}
+	return m.allowLocked(ctx)
+}
+
+func (m *machine) allowLocked(ctx context.Context) (Permit, error) {
+	m.mu.Lock()
+	now := time.Now()
+	g := m.advance(now)
+	var err error
+	switch g.state {
+	case StateOpen:
+		m.b.rejectedOpen.Add(1)
+		err = ErrOpen
+	case StateHalfOpen:
+		if g.admitted >= m.s.HalfOpenProbes {
+			m.b.rejectedProbes.Add(1)
+			err = ErrTooManyProbes
+		} else {
+			g.admitted++
+			m.probes.Add(1)
+		}
+	}
+	m.mu.Unlock()
+	m.b.note.deliver()
+	if err != nil {
+		return Permit{}, err
+	}
+	p := Permit{b: m.b, g: g, ctx: ctx}
+	if m.timed {
+		p.start = now
+	}
+	return p, nil
+}
+
+// advance ends an open stay that is over; the caller holds m.mu.
+func (m *machine) advance(now time.Time) *gen {
+	g := m.cur.Load()
+	if g.state == StateOpen && g.expiry.Before(now) {
+		if m.s.SkipHalfOpen {
+			return m.set(StateClosed, now)
+		}
+		return m.set(StateHalfOpen, now)
+	}
+	return g
+}
+
+// set moves the breaker to st; the caller holds m.mu.
+func (m *machine) set(st State, now time.Time) *gen {
+	from := m.cur.Load().state
+	g := m.newGen(st, now)
+	switch st {
+	case StateOpen:
+		g.expiry = now.Add(m.openStay())
+		m.streak++
+		m.b.opens.Add(1)
+	case StateClosed:
+		m.streak = 0
+	}
+	m.cur.Store(g)
+	m.b.note.push(from, st)
+	return g
+}
+
+// openStay is OpenTimeout doubled once per trip since the last close, capped
+// at MaxOpenTimeout.
+func (m *machine) openStay() time.Duration {
+	d := m.s.OpenTimeout
+	for i := 0; i < m.streak && d < m.s.MaxOpenTimeout; i++ {
+		d *= 2
+	}
+	if m.s.MaxOpenTimeout > 0 && d > m.s.MaxOpenTimeout {
+		d = m.s.MaxOpenTimeout
+	}
+	return d
+}
+
+func (m *machine) done(p Permit, o outcome) {
+	g := p.g
+	if g.state == StateClosed && o != failure && g == m.cur.Load() {
+		if o == neutral {
+			m.b.neutral.Add(1)
+			return
+		}
+		var now time.Time
+		if m.timed {
+			now = time.Now()
+			if now.Sub(p.start) > m.s.SlowCall {
+				m.doneLocked(p, o, true)
+				return
+			}
+		}
+		// The fast path: a success in closed takes no lock.
+		if g.consec.Load() != 0 {
+			g.consec.Store(0)
+		}
+		switch {
+		case g.tw != nil:
+			if now.IsZero() {
+				now = time.Now()
+			}
+			g.tw.addCall(now)
+		case g.cw != nil:
+			g.cw.add(slotOK)
+		}
+		m.b.successes.Add(1)
+		return
+	}
+	m.doneLocked(p, o, false)
+}
+
+func (m *machine) doneLocked(p Permit, o outcome, slow bool) {
+	g := p.g
+	m.b.count(o)
+	if g.state == StateHalfOpen && o == failure {
+		m.probeFailures.Add(1)
+	}
+	m.mu.Lock()
+	now := time.Now()
+	if g != m.advance(now) {
+		// An outcome of a state that has ended counts for nothing, but like
+		// any event it ends an open stay that is over (as in gobreaker).
+		m.mu.Unlock()
+		m.b.note.deliver()
+		return
+	}
+	switch g.state {
+	case StateClosed:
+		if o == failure {
+			g.consec.Add(1)
+		} else {
+			g.consec.Store(0)
+		}
+		switch {
+		case g.tw != nil:
+			g.tw.addCall(now)
+			g.tw.addBad(now, o == failure, slow)
+		case g.cw != nil:
+			code := slotSlow
+			if o == failure {
+				code = slotFail
+			}
+			g.cw.add(code)
+		}
+		if m.shouldTrip(g, now) {
+			m.set(StateOpen, now)
+		}
+	case StateHalfOpen:
+		switch o {
+		case success:
+			g.succeeded++
+			if g.succeeded >= m.s.HalfOpenSuccesses {
+				m.set(StateClosed, now)
+			}
+		case failure:
+			g.failed++
+			if m.s.HalfOpenProbes-g.failed < m.s.HalfOpenSuccesses {
+				m.set(StateOpen, now)
+			}
+		default:
+			g.admitted-- // a neutral probe gives its slot back
+		}
+	}
+	m.mu.Unlock()
+	m.b.note.deliver()
+}
+
+// shouldTrip evaluates the trip rules in closed; the caller holds m.mu.
+func (m *machine) shouldTrip(g *gen, now time.Time) bool {
+	s := m.s
+	if s.ConsecutiveFailures > 0 && g.consec.Load() >= uint64(s.ConsecutiveFailures) {
+		return true
+	}
+	var calls, fails, slow uint64
+	switch {
+	case g.tw != nil:
+		calls, fails, slow = g.tw.sums(now)
+	case g.cw != nil:
+		calls, fails, slow = g.cw.sums()
+	default:
+		return false
+	}
+	if calls == 0 || calls < uint64(s.MinCalls) {
+		return false
+	}
+	return reached(fails, calls, s.FailureRate) || reached(slow, calls, s.SlowCallRate)
+}
+
+// reached reports n/calls >= rate for an enabled (non-zero) rate.
+func reached(n, calls uint64, rate float64) bool {
+	return rate > 0 && float64(n) >= rate*float64(calls)-1e-9
+}
+
+func (m *machine) state() State {
+	g := m.cur.Load()
+	if g.state != StateOpen || !g.expiry.Before(time.Now()) {
+		return g.state
+	}
+	m.mu.Lock()
+	g = m.advance(time.Now())
+	m.mu.Unlock()
+	m.b.note.deliver()
+	return g.state
+}
+
+func (m *machine) fill(c *Counts) {
+	c.Probes = m.probes.Load()
+	c.ProbeFailures = m.probeFailures.Load()
+	if g := m.cur.Load(); g.state == StateClosed {
+		c.ConsecutiveFailures = g.consec.Load()
+	}
+}

@@ -1,0 +1,75 @@
+package breaker_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+)
+
+func TestInvalidSettings(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		s     breaker.Settings
+	}{
+		{"ConsecutiveFailures", breaker.Settings{ConsecutiveFailures: -1}},
+		{"FailureRate", breaker.Settings{FailureRate: 1.5}},
+		{"FailureRate", breaker.Settings{FailureRate: -0.1}},
+		{"FailureRate", breaker.Settings{FailureRate: math.NaN()}},
+		{"FailureRate", breaker.Settings{MinCalls: 5}},
+		{"Window", breaker.Settings{FailureRate: 0.5, Window: -time.Second}},
+		{"Window", breaker.Settings{ConsecutiveFailures: 3, Window: time.Second}},
+		{"Window", breaker.Settings{FailureRate: 0.5, Window: 5}},
+		{"WindowCalls", breaker.Settings{FailureRate: 0.5, WindowCalls: -1}},
+		{"WindowCalls", breaker.Settings{FailureRate: 0.5, Window: time.Second, WindowCalls: 10}},
+		{"WindowCalls", breaker.Settings{ConsecutiveFailures: 3, WindowCalls: 10}},
+		{"MinCalls", breaker.Settings{FailureRate: 0.5, MinCalls: -1}},
+		{"MinCalls", breaker.Settings{FailureRate: 0.5, WindowCalls: 10, MinCalls: 11}},
+		{"MinCalls", breaker.Settings{ConsecutiveFailures: 3, MinCalls: 11}},
+		{"SlowCall", breaker.Settings{SlowCall: -time.Second, SlowCallRate: 0.5}},
+		{"SlowCall", breaker.Settings{SlowCallRate: 0.5}},
+		{"SlowCallRate", breaker.Settings{SlowCall: time.Second}},
+		{"SlowCallRate", breaker.Settings{SlowCall: time.Second, SlowCallRate: 2}},
+		{"OpenTimeout", breaker.Settings{OpenTimeout: -time.Second}},
+		{"MaxOpenTimeout", breaker.Settings{MaxOpenTimeout: -time.Second}},
+		{"MaxOpenTimeout", breaker.Settings{OpenTimeout: time.Minute, MaxOpenTimeout: time.Second}},
+		{"HalfOpenProbes", breaker.Settings{HalfOpenProbes: -1}},
+		{"HalfOpenSuccesses", breaker.Settings{HalfOpenSuccesses: -1}},
+		{"HalfOpenSuccesses", breaker.Settings{HalfOpenProbes: 2, HalfOpenSuccesses: 3}},
+		{"SkipHalfOpen", breaker.Settings{SkipHalfOpen: true, HalfOpenProbes: 3}},
+		{"Engine", breaker.Settings{Engine: 7}},
+		{"WindowCalls", breaker.Settings{FailureRate: 0.5, WindowCalls: 10, Engine: breaker.EngineGobreaker}},
+		{"SlowCall", breaker.Settings{SlowCall: time.Second, SlowCallRate: 0.5, Engine: breaker.EngineGobreaker}},
+		{"MaxOpenTimeout", breaker.Settings{MaxOpenTimeout: time.Hour, Engine: breaker.EngineGobreaker}},
+		{"SkipHalfOpen", breaker.Settings{SkipHalfOpen: true, Engine: breaker.EngineGobreaker}},
+		{"HalfOpenSuccesses", breaker.Settings{HalfOpenProbes: 5, HalfOpenSuccesses: 3, Engine: breaker.EngineGobreaker}},
+	} {
+		b, err := breaker.New(tc.s)
+		var se *breaker.SettingsError
+		if b != nil || !errors.As(err, &se) || se.Field != tc.field || !strings.Contains(err.Error(), "Settings."+tc.field) {
+			t.Errorf("New(%+v) = %v, %v; want a SettingsError naming %s", tc.s, b, err, tc.field)
+		}
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	b, err := breaker.New(breaker.Settings{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := b.Settings()
+	if got.ConsecutiveFailures != 10 || got.FailureRate != 0.5 || got.Window != 10*time.Second ||
+		got.MinCalls != 20 || got.OpenTimeout != 10*time.Second || got.HalfOpenProbes != 3 || got.HalfOpenSuccesses != 3 {
+		t.Errorf("zero Settings gave %+v, want the documented defaults", got)
+	}
+	if s := b.String(); s != "breaker(10 consecutive or 50% of 10s, open 10s)" {
+		t.Errorf("String() = %q", s)
+	}
+	cw, _ := breaker.New(breaker.Settings{FailureRate: 0.1, WindowCalls: 50})
+	if cw.Settings().MinCalls != 50 {
+		t.Errorf("count window MinCalls default = %d, want WindowCalls", cw.Settings().MinCalls)
+	}
+}
