@@ -53,10 +53,11 @@ func (probeQuotaError) Is(target error) bool { return target == ErrOpen }
 // Counts is a snapshot of a breaker's lifetime totals and of its current
 // state's counters.
 //
-// Once no call is in flight, Requests = Successes + Failures + Neutral +
-// RejectedOpen + RejectedProbes.
+// Each call that asked to pass ends as exactly one of Successes, Failures,
+// Neutral, RejectedOpen or RejectedProbes; Requests is their sum, so calls
+// still in flight are not in it yet.
 type Counts struct {
-	Requests       uint64 // calls that asked to pass (Do or Allow)
+	Requests       uint64 // calls that were rejected or have reported an outcome
 	Successes      uint64 // admitted calls that succeeded
 	Failures       uint64 // admitted calls that failed
 	Neutral        uint64 // admitted calls that were neither (caller's cancellation, IsExcluded)
@@ -80,9 +81,14 @@ type Breaker struct {
 
 	adapted bool // made by FromGobreaker
 
-	requests, successes, failures, neutral atomic.Uint64
-	rejectedOpen, rejectedProbes           atomic.Uint64
-	opens                                  atomic.Uint64
+	// successes is written by every successful call: it is spread over
+	// cache lines of its own so that concurrent calls do not fight over it.
+	_         [64]byte
+	successes shardedCounter
+
+	failures, neutral            atomic.Uint64
+	rejectedOpen, rejectedProbes atomic.Uint64
+	opens                        atomic.Uint64
 }
 
 // New returns a Breaker for s, or a [*SettingsError] naming the first invalid
@@ -157,37 +163,51 @@ type Permit struct {
 // the caller's own cancellation from a failure. On rejection the error matches
 // [ErrOpen].
 func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
-	b.requests.Add(1)
 	if b.m != nil {
-		return b.m.allow(ctx)
+		g, start, err := b.m.allow()
+		if err != nil {
+			return Permit{}, err
+		}
+		return Permit{b: b, g: g, ctx: ctx, start: start}, nil
 	}
+	done, err := b.allowGobreaker()
+	if err != nil {
+		return Permit{}, err
+	}
+	return Permit{b: b, ctx: ctx, gdone: done}, nil
+}
+
+func (b *Breaker) allowGobreaker() (func(error), error) {
 	done, err := b.gb.Allow()
 	b.note.deliver()
 	if err != nil {
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
-			return Permit{}, ErrTooManyProbes
+			return nil, ErrTooManyProbes
 		}
 		b.rejectedOpen.Add(1)
-		return Permit{}, ErrOpen
+		return nil, ErrOpen
 	}
-	return Permit{b: b, ctx: ctx, gdone: done}, nil
+	return done, nil
 }
 
 // Done reports the outcome of the admitted call: err is the call's error.
 func (p Permit) Done(err error) {
-	b := p.b
-	if b == nil {
+	if p.b == nil {
 		return
 	}
-	o := b.classify(p.ctx, err)
-	if p.gdone != nil {
-		b.count(o)
-		p.gdone(gobreakerOutcome(b, o, err))
-		b.note.deliver()
+	p.b.done(p.ctx, p.g, p.start, p.gdone, err)
+}
+
+func (b *Breaker) done(ctx context.Context, g *gen, start time.Time, gdone func(error), err error) {
+	o := b.classify(ctx, err)
+	if g != nil {
+		b.m.done(g, start, o)
 		return
 	}
-	b.m.done(p, o)
+	b.count(o)
+	gdone(gobreakerOutcome(b, o, err))
+	b.note.deliver()
 }
 
 // Do runs call if the breaker admits it and records its outcome. A rejected
@@ -195,19 +215,29 @@ func (p Permit) Done(err error) {
 // returns call's error unchanged. A call that panics is recorded as a failure
 // and the panic goes on.
 func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
-	p, err := b.Allow(ctx)
+	var (
+		g     *gen
+		start time.Time
+		gdone func(error)
+		err   error
+	)
+	if b.m != nil {
+		g, start, err = b.m.allow()
+	} else {
+		gdone, err = b.allowGobreaker()
+	}
 	if err != nil {
 		return err
 	}
 	finished := false
 	defer func() {
 		if !finished {
-			p.Done(errPanicked)
+			b.done(ctx, g, start, gdone, errPanicked)
 		}
 	}()
 	err = call(ctx)
 	finished = true
-	p.Done(err)
+	b.done(ctx, g, start, gdone, err)
 	return err
 }
 
@@ -228,7 +258,6 @@ func (b *Breaker) State() State {
 // Counts returns a snapshot of the breaker's counters.
 func (b *Breaker) Counts() Counts {
 	c := Counts{
-		Requests:       b.requests.Load(),
 		Successes:      b.successes.Load(),
 		Failures:       b.failures.Load(),
 		Neutral:        b.neutral.Load(),
@@ -236,6 +265,7 @@ func (b *Breaker) Counts() Counts {
 		RejectedProbes: b.rejectedProbes.Load(),
 		Opens:          b.opens.Load(),
 	}
+	c.Requests = c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes
 	if b.m != nil {
 		b.m.fill(&c)
 	} else {

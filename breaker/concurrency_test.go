@@ -98,11 +98,10 @@ func TestConcurrentInvariants(t *testing.T) {
 			if maxInflight > probes {
 				t.Errorf("%d probes in flight in one half-open episode, want ≤ %d", maxInflight, probes)
 			}
-			if c.Requests != uint64(calls.Load()) {
-				t.Errorf("Requests %d, want %d calls", c.Requests, calls.Load())
-			}
-			if sum := c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes; sum != c.Requests {
-				t.Errorf("successes+failures+neutral+rejections = %d, requests %d: %+v", sum, c.Requests, c)
+			// Every call ends as exactly one success, failure, neutral or
+			// rejection.
+			if sum := c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes; sum != uint64(calls.Load()) {
+				t.Errorf("successes+failures+neutral+rejections = %d, want %d calls: %+v", sum, calls.Load(), c)
 			}
 			if got := c.Successes + c.Failures + c.Neutral; got != uint64(admitted.Load()) {
 				t.Errorf("outcomes %d, admitted %d", got, admitted.Load())

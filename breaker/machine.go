@@ -1,7 +1,6 @@
 package breaker
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -58,25 +57,27 @@ func (m *machine) newGen(st State, now time.Time) *gen {
 	return g
 }
 
-func (m *machine) allow(ctx context.Context) (Permit, error) {
+// allow admits a call or rejects it. It returns the generation the call
+// belongs to and, with SlowCall on, its start time.
+func (m *machine) allow() (*gen, time.Time, error) {
 	g := m.cur.Load()
 	switch g.state {
 	case StateClosed:
-		p := Permit{b: m.b, g: g, ctx: ctx}
+		var start time.Time
 		if m.timed {
-			p.start = time.Now()
+			start = time.Now()
 		}
-		return p, nil
+		return g, start, nil
 	case StateOpen:
 		if !g.expiry.Before(time.Now()) {
 			m.b.rejectedOpen.Add(1)
-			return Permit{}, ErrOpen
+			return nil, time.Time{}, ErrOpen
 		}
 	}
-	return m.allowLocked(ctx)
+	return m.allowLocked()
 }
 
-func (m *machine) allowLocked(ctx context.Context) (Permit, error) {
+func (m *machine) allowLocked() (*gen, time.Time, error) {
 	m.mu.Lock()
 	now := time.Now()
 	g := m.advance(now)
@@ -97,13 +98,9 @@ func (m *machine) allowLocked(ctx context.Context) (Permit, error) {
 	m.mu.Unlock()
 	m.b.note.deliver()
 	if err != nil {
-		return Permit{}, err
+		return nil, time.Time{}, err
 	}
-	p := Permit{b: m.b, g: g, ctx: ctx}
-	if m.timed {
-		p.start = now
-	}
-	return p, nil
+	return g, now, nil
 }
 
 // advance ends an open stay that is over; the caller holds m.mu.
@@ -148,8 +145,8 @@ func (m *machine) openStay() time.Duration {
 	return d
 }
 
-func (m *machine) done(p Permit, o outcome) {
-	g := p.g
+// done records the outcome of a call admitted in generation g.
+func (m *machine) done(g *gen, start time.Time, o outcome) {
 	if g.state == StateClosed && o != failure && g == m.cur.Load() {
 		if o == neutral {
 			m.b.neutral.Add(1)
@@ -158,8 +155,8 @@ func (m *machine) done(p Permit, o outcome) {
 		var now time.Time
 		if m.timed {
 			now = time.Now()
-			if now.Sub(p.start) > m.s.SlowCall {
-				m.doneLocked(p, o, true)
+			if now.Sub(start) > m.s.SlowCall {
+				m.doneLocked(g, o, true)
 				return
 			}
 		}
@@ -179,11 +176,10 @@ func (m *machine) done(p Permit, o outcome) {
 		m.b.successes.Add(1)
 		return
 	}
-	m.doneLocked(p, o, false)
+	m.doneLocked(g, o, false)
 }
 
-func (m *machine) doneLocked(p Permit, o outcome, slow bool) {
-	g := p.g
+func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 	m.b.count(o)
 	if g.state == StateHalfOpen && o == failure {
 		m.probeFailures.Add(1)

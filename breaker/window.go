@@ -7,14 +7,18 @@ import (
 
 // timeWindow counts calls, failures and slow calls over a sliding time
 // window kept as a ring of windowBuckets buckets. Calls are counted without a
-// lock (one CAS on a word that packs the bucket's epoch and count); failures
-// and slow calls are counted under the breaker's lock, since recording them
-// may trip the breaker anyway.
+// lock: one CAS on a word that packs the bucket's epoch and count, spread
+// over counterShards cache lines so that concurrent calls seldom meet.
+// Failures and slow calls are counted under the breaker's lock, since
+// recording them may trip the breaker anyway.
 type timeWindow struct {
 	start time.Time
 	width time.Duration
-	calls [windowBuckets]atomic.Uint64 // epoch<<32 | calls
-	bad   [windowBuckets]badBucket     // guarded by machine.mu
+	calls [windowBuckets][counterShards]struct {
+		w atomic.Uint64 // epoch<<32 | calls
+		_ [56]byte
+	}
+	bad [windowBuckets]badBucket // guarded by machine.mu
 }
 
 type badBucket struct {
@@ -37,7 +41,7 @@ func (w *timeWindow) epoch(now time.Time) uint32 {
 
 func (w *timeWindow) addCall(now time.Time) {
 	e := w.epoch(now)
-	slot := &w.calls[e%windowBuckets]
+	slot := &w.calls[e%windowBuckets][shard()].w
 	for {
 		old := slot.Load()
 		oe := uint32(old >> 32)
@@ -76,9 +80,11 @@ func (w *timeWindow) addBad(now time.Time, fail, slow bool) {
 func (w *timeWindow) sums(now time.Time) (calls, fails, slow uint64) {
 	e := w.epoch(now)
 	for i := range w.calls {
-		v := w.calls[i].Load()
-		if e-uint32(v>>32) < windowBuckets {
-			calls += v & (1<<32 - 1)
+		for j := range w.calls[i] {
+			v := w.calls[i][j].w.Load()
+			if e-uint32(v>>32) < windowBuckets {
+				calls += v & (1<<32 - 1)
+			}
 		}
 		b := &w.bad[i]
 		if b.epoch != 0 && e-b.epoch < windowBuckets {
@@ -109,7 +115,11 @@ func newCountWindow(n int) *countWindow {
 
 func (w *countWindow) add(code uint32) {
 	i := w.pos.Add(1) - 1
-	old := w.slots[i%uint64(len(w.slots))].Swap(code)
+	slot := &w.slots[i%uint64(len(w.slots))]
+	if slot.Load() == code {
+		return // the usual case, a success replacing a success: no write
+	}
+	old := slot.Swap(code)
 	if old == code {
 		return
 	}
