@@ -199,8 +199,22 @@ func (p Permit) Done(err error) {
 	p.b.done(p.ctx, p.g, p.start, p.gdone, err)
 }
 
+// Abandon reports that the admitted call ended because of its caller, for
+// example an enclosing deadline that a chain enforces inside the breaker: it
+// counts as neutral, like the caller's own cancellation. Call it instead of
+// Done.
+func (p Permit) Abandon() {
+	if p.b == nil {
+		return
+	}
+	p.b.record(p.g, p.start, p.gdone, neutral, context.Canceled)
+}
+
 func (b *Breaker) done(ctx context.Context, g *gen, start time.Time, gdone func(error), err error) {
-	o := b.classify(ctx, err)
+	b.record(g, start, gdone, b.classify(ctx, err), err)
+}
+
+func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, err error) {
 	if g != nil {
 		b.m.done(g, start, o)
 		return

@@ -1,0 +1,152 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+// Policy is anything that can run a call: *breaker.Breaker, *retry.Policy,
+// *timeout.Policy, *fallback.Policy, a *Chain, or a user's own.
+type Policy interface {
+	Do(ctx context.Context, call func(context.Context) error) error
+}
+
+// Chain runs a call through its policies, the first outermost. It is safe
+// for concurrent use if its policies are (callguard's are). Create one with
+// [New] or [Options.New]; the zero value runs calls directly.
+type Chain struct {
+	steps    []step
+	findings []Finding
+	desc     string
+}
+
+type kind uint8
+
+const (
+	kindOpaque kind = iota
+	kindBreaker
+	kindRetry
+	kindTimeout
+	kindFallback
+)
+
+type step struct {
+	kind kind
+	b    *breaker.Breaker
+	r    *retry.Policy
+	t    *timeout.Policy
+	f    *fallback.Policy
+	p    Policy
+}
+
+// Options configure how a chain is linted.
+type Options struct {
+	// Strict turns every warning into an error: New fails on any finding.
+	Strict bool
+	// MaxDetection is the longest acceptable time for a breaker to notice a
+	// hung downstream at one caller (rule CG004). 0: 10 s.
+	MaxDetection time.Duration
+	// DownstreamRecovery is how long the downstream usually takes to recover
+	// from an outage, if known (rule CG012).
+	DownstreamRecovery time.Duration
+	// Ignore lists finding codes to leave out, e.g. "CG009".
+	Ignore []string
+}
+
+// New builds a chain of policies, the first outermost, and lints it with
+// the default [Options]. It returns an error for a nil policy and for any
+// finding of severity [Error].
+func New(policies ...Policy) (*Chain, error) { return Options{}.New(policies...) }
+
+// New builds and lints a chain with these options.
+func (o Options) New(policies ...Policy) (*Chain, error) {
+	c := &Chain{steps: make([]step, 0, len(policies))}
+	names := make([]string, 0, len(policies))
+	for i, p := range policies {
+		if p == nil || isNilPointer(p) {
+			return nil, fmt.Errorf("chain: policy %d is nil", i)
+		}
+		s := step{kind: kindOpaque, p: p}
+		switch v := p.(type) {
+		case *breaker.Breaker:
+			s = step{kind: kindBreaker, b: v, p: p}
+		case *retry.Policy:
+			s = step{kind: kindRetry, r: v, p: p}
+		case *timeout.Policy:
+			s = step{kind: kindTimeout, t: v, p: p}
+		case *fallback.Policy:
+			s = step{kind: kindFallback, f: v, p: p}
+		}
+		c.steps = append(c.steps, s)
+		names = append(names, describe(p))
+	}
+	c.desc = strings.Join(names, " → ")
+	if c.desc == "" {
+		c.desc = "(empty chain)"
+	}
+	var errs []error
+	for _, f := range lint(c.steps, o) {
+		if o.ignored(f.Code) {
+			continue
+		}
+		if o.Strict && f.Severity == Warning {
+			f.Severity = Error
+		}
+		if f.Severity == Error {
+			errs = append(errs, f)
+			continue
+		}
+		c.findings = append(c.findings, f)
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+func (o Options) ignored(code string) bool {
+	for _, c := range o.Ignore {
+		if c == code {
+			return true
+		}
+	}
+	return false
+}
+
+func isNilPointer(p Policy) bool {
+	v := reflect.ValueOf(p)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+func describe(p Policy) string {
+	if s, ok := p.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return fmt.Sprintf("%T", p)
+}
+
+// Findings returns the warnings that did not block construction.
+func (c *Chain) Findings() []Finding {
+	return append([]Finding(nil), c.findings...)
+}
+
+// String renders the order, e.g.
+// "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s) → timeout(300ms)".
+func (c *Chain) String() string { return c.desc }
+
+// Do runs call through the chain.
+func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error {
+	if c == nil || len(c.steps) == 0 {
+		return call(ctx)
+	}
+	return c.run(ctx, 0, frame{owner: -1}, call)
+}

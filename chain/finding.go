@@ -1,0 +1,41 @@
+package chain
+
+import "fmt"
+
+// Severity ranks a [Finding].
+type Severity int
+
+const (
+	// Warning: the chain is built and the finding kept in Findings.
+	Warning Severity = iota + 1
+	// Error: New fails.
+	Error
+)
+
+// String returns "warning" or "error".
+func (s Severity) String() string {
+	switch s {
+	case Warning:
+		return "warning"
+	case Error:
+		return "error"
+	default:
+		return fmt.Sprintf("Severity(%d)", int(s))
+	}
+}
+
+// Finding is one result of the lint: a stable Code (see [Rules]), a
+// Severity, and a Message that says what will happen, in numbers computed
+// from the settings, why, and the fix.
+type Finding struct {
+	Code     string
+	Severity Severity
+	Message  string
+}
+
+// Error formats the finding, so that a finding of severity Error is an error.
+func (f Finding) Error() string {
+	return fmt.Sprintf("chain: %s %s: %s", f.Severity, f.Code, f.Message)
+}
+
+func (f Finding) String() string { return f.Error() }

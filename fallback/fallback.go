@@ -1,0 +1,96 @@
+// Package fallback degrades instead of failing: when a call fails in a way it
+// covers, it answers with something else — a default value, a cached or
+// stale value, or a call to an alternative service (SEEDS B).
+//
+// By default a fallback covers only breaker.ErrOpen: the downstream is known
+// to be down, and failing fast into a degraded answer is the point. With
+// [OnAnyFailure] it covers every failure. Place it outside the retry and the
+// breaker (chain.New(fallback, retry, breaker, …)): inside them it hides the
+// failures they need to see, and a chain's lint says so.
+package fallback
+
+import (
+	"context"
+	"errors"
+
+	"github.com/callguard/callguard/breaker"
+)
+
+// Policy answers a failed call with a fallback. It is safe for concurrent
+// use if its function is. Create one with [New].
+type Policy struct {
+	fn   func(ctx context.Context, err error) error
+	when func(ctx context.Context, err error) bool
+	desc string
+}
+
+// Option configures a [Policy].
+type Option interface{ apply(*Policy) }
+
+type optionFunc func(*Policy)
+
+func (f optionFunc) apply(p *Policy) { f(p) }
+
+// OnAnyFailure makes the fallback cover every error except the caller's own
+// cancellation, not only breaker.ErrOpen.
+func OnAnyFailure() Option {
+	return optionFunc(func(p *Policy) {
+		p.when = func(ctx context.Context, err error) bool { return ctx.Err() == nil }
+		p.desc = "fallback(any failure)"
+	})
+}
+
+// When makes the fallback cover the errors covers reports true for.
+func When(covers func(error) bool) Option {
+	return optionFunc(func(p *Policy) {
+		p.when = func(ctx context.Context, err error) bool { return covers(err) }
+		p.desc = "fallback(custom)"
+	})
+}
+
+// New returns a fallback that calls fn with the failed call's error when the
+// error is covered; fn's result is the call's result (nil: degraded
+// success). fn typically fills the caller's result from a cache or a
+// default, or calls an alternative.
+func New(fn func(ctx context.Context, err error) error, opts ...Option) (*Policy, error) {
+	if fn == nil {
+		return nil, errors.New("fallback: New(nil): needs a fallback function")
+	}
+	p := &Policy{
+		fn:   fn,
+		when: func(_ context.Context, err error) bool { return errors.Is(err, breaker.ErrOpen) },
+		desc: "fallback(open)",
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("fallback: nil Option")
+		}
+		o.apply(p)
+	}
+	return p, nil
+}
+
+// Covers reports whether err, returned to a caller whose context is ctx,
+// goes to the fallback.
+func (p *Policy) Covers(ctx context.Context, err error) bool {
+	return err != nil && p.when(ctx, err)
+}
+
+// OnlyOpen reports whether the fallback covers breaker.ErrOpen alone.
+func (p *Policy) OnlyOpen() bool { return p.desc == "fallback(open)" }
+
+// Do runs call and, if its error is covered, returns the fallback's result.
+func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
+	err := call(ctx)
+	if p.Covers(ctx, err) {
+		return p.fn(ctx, err)
+	}
+	return err
+}
+
+// Fallback calls the fallback function for err directly.
+func (p *Policy) Fallback(ctx context.Context, err error) error { return p.fn(ctx, err) }
+
+// String returns "fallback(open)", "fallback(any failure)" or
+// "fallback(custom)".
+func (p *Policy) String() string { return p.desc }

@@ -1,0 +1,97 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reason says why a retry stopped.
+type Reason int
+
+const (
+	// ReasonAttempts: all attempts failed.
+	ReasonAttempts Reason = iota + 1
+	// ReasonDeadline: the next wait would have outlived the caller's deadline.
+	ReasonDeadline
+	// ReasonBudget: the retry budget was spent.
+	ReasonBudget
+	// ReasonPushback: the server asked not to retry.
+	ReasonPushback
+	// ReasonCanceled: the caller's context ended during a wait.
+	ReasonCanceled
+)
+
+// String describes the reason.
+func (r Reason) String() string {
+	switch r {
+	case ReasonAttempts:
+		return "attempts used up"
+	case ReasonDeadline:
+		return "the next wait would outlive the deadline"
+	case ReasonBudget:
+		return "retry budget spent"
+	case ReasonPushback:
+		return "server pushback: do not retry"
+	case ReasonCanceled:
+		return "caller canceled during a wait"
+	default:
+		return fmt.Sprintf("Reason(%d)", int(r))
+	}
+}
+
+// ExhaustedError is returned when retries end without a success. It unwraps
+// to the last attempt's error, and for ReasonCanceled also matches the
+// caller's context error.
+type ExhaustedError struct {
+	Attempts int   // attempts made
+	Last     error // the last attempt's error
+	Reason   Reason
+	cause    error
+}
+
+func (e *ExhaustedError) Error() string {
+	return fmt.Sprintf("retry: gave up after %d attempts (%v): %v", e.Attempts, e.Reason, e.Last)
+}
+
+// Unwrap returns the last attempt's error and, after a cancellation, the
+// context's cause.
+func (e *ExhaustedError) Unwrap() []error {
+	if e.cause != nil {
+		return []error{e.Last, e.cause}
+	}
+	return []error{e.Last}
+}
+
+// Pushback is implemented by errors that carry a server's retry advice, such
+// as HTTP Retry-After or gRPC grpc-retry-pushback-ms. RetryAfter returns the
+// wait before the next attempt, overriding the backoff schedule, or a
+// negative duration for "do not retry".
+type Pushback interface {
+	RetryAfter() time.Duration
+}
+
+func pushback(err error) (time.Duration, bool) {
+	var pb Pushback
+	if errors.As(err, &pb) {
+		return pb.RetryAfter(), true
+	}
+	return 0, false
+}
+
+// After wraps err with a server's retry advice (see [Pushback]).
+func After(err error, d time.Duration) error { return &pushbackError{err: err, after: d} }
+
+type pushbackError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *pushbackError) Error() string {
+	if e.after < 0 {
+		return e.err.Error() + " (server: do not retry)"
+	}
+	return fmt.Sprintf("%v (server: retry after %v)", e.err, e.after)
+}
+func (e *pushbackError) Unwrap() error             { return e.err }
+func (e *pushbackError) RetryAfter() time.Duration { return e.after }

@@ -1,0 +1,287 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/cenkalti/backoff/v4"
+)
+
+// Defaults used by [New] when no option says otherwise.
+const (
+	DefaultMaxAttempts = 3
+	DefaultInitial     = 100 * time.Millisecond
+	DefaultMax         = 5 * time.Second
+	DefaultJitter      = 0.2
+)
+
+// Policy retries failed calls. It is safe for concurrent use; all calls
+// share its budget, if it has one. Create one with [New]; the zero value is
+// not usable.
+type Policy struct {
+	attempts    int
+	initial     time.Duration
+	max         time.Duration
+	multiplier  float64
+	jitter      float64
+	retryIf     func(error) bool
+	whenOpen    bool
+	onRetry     func(attempt int, err error, wait time.Duration)
+	budget      *Budget
+	description string
+}
+
+// Option configures a [Policy].
+type Option interface{ apply(*config) }
+
+type config struct {
+	Policy
+	errs     []error
+	schedule string
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+func bad(c *config, format string, args ...any) {
+	c.errs = append(c.errs, fmt.Errorf("retry: "+format, args...))
+}
+
+// MaxAttempts sets the number of attempts, counting the first call (default
+// 3). MaxAttempts(1) never retries.
+func MaxAttempts(n int) Option {
+	return optionFunc(func(c *config) {
+		if n < 1 {
+			bad(c, "MaxAttempts(%d): must be >= 1 (it counts the first call)", n)
+		}
+		c.attempts = n
+	})
+}
+
+// Constant waits d between attempts.
+func Constant(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			bad(c, "Constant(%v): must be >= 0", d)
+		}
+		c.initial, c.max, c.multiplier, c.schedule = d, d, 1, "Constant"
+	})
+}
+
+// Exponential waits initial, then twice as long after each failure, up to
+// max (cenkalti/backoff/v4's ExponentialBackOff with Multiplier 2). This is
+// the default schedule, from 100 ms to 5 s.
+func Exponential(initial, max time.Duration) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case initial < 0:
+			bad(c, "Exponential(%v, %v): initial must be >= 0", initial, max)
+		case max < initial:
+			bad(c, "Exponential(%v, %v): max must be >= initial", initial, max)
+		}
+		c.initial, c.max, c.multiplier, c.schedule = initial, max, 2, "Exponential"
+	})
+}
+
+// Jitter randomizes each wait by ± fraction of it, in [0, 1] (default 0.2).
+// Jitter(0) gives exact waits.
+func Jitter(fraction float64) Option {
+	return optionFunc(func(c *config) {
+		if !(fraction >= 0 && fraction <= 1) {
+			bad(c, "Jitter(%v): must be within [0, 1]", fraction)
+		}
+		c.jitter = fraction
+	})
+}
+
+// RetryIf decides which errors are worth another attempt (default: all). It
+// is asked only about errors that the defaults do not already rule out: the
+// caller's cancellation, permanent errors and, without [RetryWhenOpen],
+// breaker.ErrOpen.
+func RetryIf(retryable func(error) bool) Option {
+	return optionFunc(func(c *config) {
+		if retryable == nil {
+			bad(c, "RetryIf(nil): needs a function")
+		}
+		c.retryIf = retryable
+	})
+}
+
+// RetryWhenOpen keeps retrying when a breaker rejects an attempt with
+// breaker.ErrOpen. Each rejection then costs a backoff wait for nothing; a
+// chain's lint flags a retry with this option outside a breaker.
+func RetryWhenOpen() Option {
+	return optionFunc(func(c *config) { c.whenOpen = true })
+}
+
+// OnRetry registers a callback called before each wait, with the number of
+// the attempt that failed (from 1), its error and the wait before the next
+// one. It runs on the caller's goroutine.
+func OnRetry(fn func(attempt int, err error, wait time.Duration)) Option {
+	return optionFunc(func(c *config) { c.onRetry = fn })
+}
+
+// WithBudget makes retries draw from b. A budget may be shared by several
+// policies.
+func WithBudget(b *Budget) Option {
+	return optionFunc(func(c *config) {
+		if b == nil {
+			bad(c, "WithBudget(nil): needs a budget from NewBudget")
+		}
+		c.budget = b
+	})
+}
+
+// New returns a Policy, or an error naming the first invalid option.
+func New(opts ...Option) (*Policy, error) {
+	c := &config{Policy: Policy{
+		attempts:   DefaultMaxAttempts,
+		initial:    DefaultInitial,
+		max:        DefaultMax,
+		multiplier: 2,
+		jitter:     DefaultJitter,
+	}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("retry: nil Option")
+		}
+		o.apply(c)
+	}
+	if len(c.errs) > 0 {
+		return nil, c.errs[0]
+	}
+	p := c.Policy
+	p.description = fmt.Sprintf("retry(%d)", p.attempts)
+	return &p, nil
+}
+
+// Attempts returns the number of attempts, counting the first call.
+func (p *Policy) Attempts() int { return p.attempts }
+
+// RetriesWhenOpen reports whether the policy retries on breaker.ErrOpen.
+func (p *Policy) RetriesWhenOpen() bool { return p.whenOpen }
+
+// Waits returns the nominal waits between attempts (without jitter or
+// pushback): Attempts()-1 durations.
+func (p *Policy) Waits() []time.Duration {
+	w := make([]time.Duration, 0, p.attempts-1)
+	exact := *p
+	exact.jitter = 0
+	bo := exact.schedule()
+	for range p.attempts - 1 {
+		w = append(w, bo.NextBackOff())
+	}
+	return w
+}
+
+// String returns "retry(N)", N being the attempts.
+func (p *Policy) String() string { return p.description }
+
+// Do calls call, and calls it again while it fails with a retryable error,
+// up to the policy's attempts. It returns nil on the first success, the
+// error as is when it is not retryable, and an [*ExhaustedError] when the
+// attempts, the caller's deadline or the budget end the retries.
+func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
+	return p.DoUntil(ctx, time.Time{}, call)
+}
+
+// DoUntil is Do with a deadline that the waits must respect besides ctx's
+// own (zero: none). A chain passes the deadline of an enclosing timeout this
+// way instead of making a context for it.
+func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(context.Context) error) error {
+	if p.budget != nil {
+		p.budget.deposit()
+	}
+	err := call(ctx)
+	if err == nil {
+		return nil
+	}
+	return p.again(ctx, deadline, call, err)
+}
+
+// again runs the retries after a failed first attempt; only now is a
+// schedule built.
+func (p *Policy) again(ctx context.Context, deadline time.Time, call func(context.Context) error, err error) error {
+	var bo backoff.BackOff
+	for attempt := 1; ; attempt++ {
+		if !p.retryable(ctx, err) {
+			return err
+		}
+		if attempt >= p.attempts {
+			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonAttempts}
+		}
+		var wait time.Duration
+		if d, ok := pushback(err); ok {
+			if d < 0 {
+				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonPushback}
+			}
+			wait = d
+		} else {
+			if bo == nil {
+				bo = p.schedule()
+			}
+			wait = bo.NextBackOff()
+		}
+		if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
+			deadline = dl
+		}
+		if !deadline.IsZero() && !time.Now().Add(wait).Before(deadline) {
+			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonDeadline}
+		}
+		if p.budget != nil && !p.budget.withdraw() {
+			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonBudget}
+		}
+		if p.onRetry != nil {
+			p.onRetry(attempt, err, wait)
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonCanceled, cause: context.Cause(ctx)}
+			case <-t.C:
+			}
+		}
+		if err = call(ctx); err == nil {
+			return nil
+		}
+	}
+}
+
+// schedule returns a fresh backoff schedule: one per call, since
+// backoff.ExponentialBackOff is not safe for concurrent use.
+func (p *Policy) schedule() backoff.BackOff {
+	bo := &backoff.ExponentialBackOff{
+		InitialInterval:     p.initial,
+		RandomizationFactor: p.jitter,
+		Multiplier:          p.multiplier,
+		MaxInterval:         p.max,
+		Stop:                backoff.Stop,
+		Clock:               backoff.SystemClock,
+	}
+	bo.Reset()
+	return bo
+}
+
+func (p *Policy) retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	var perm *backoff.PermanentError
+	if errors.As(err, &perm) {
+		return false
+	}
+	if !p.whenOpen && errors.Is(err, breaker.ErrOpen) {
+		return false
+	}
+	return p.retryIf == nil || p.retryIf(err)
+}
+
+// Permanent marks err as not worth retrying. It is backoff.Permanent: errors
+// wrapped by either are recognized.
+func Permanent(err error) error { return backoff.Permanent(err) }

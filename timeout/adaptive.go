@@ -1,0 +1,174 @@
+package timeout
+
+import (
+	"fmt"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// AdaptiveOptions configure [Adaptive]. Zero fields take the defaults noted.
+type AdaptiveOptions struct {
+	Quantile   float64       // the latency quantile followed (default 0.999)
+	Multiplier float64       // timeout = quantile × Multiplier (default 1.5)
+	Min, Max   time.Duration // bounds of the timeout (default: New's timeout / 10, and × 10)
+	Window     time.Duration // the sliding window of observations (default 60 s)
+	MinSamples int           // observations needed before adapting (default 100)
+}
+
+// Adaptive makes the timeout follow the observed latency: the Quantile of
+// successful calls over the last Window, times Multiplier, within [Min,
+// Max]. Calls that time out count as taking the timeout, so a timeout that
+// is too short grows. Until MinSamples calls are seen, New's timeout
+// applies. Recording a call is O(1) (a histogram with 12.5 % wide buckets,
+// one atomic add); memory is fixed (about 15 KiB); the value is recomputed
+// every 64 calls and when the window moves.
+func Adaptive(o AdaptiveOptions) Option {
+	return optionFunc(func(c *config) { c.ad = &o })
+}
+
+const (
+	histSub      = 8 // sub-buckets per power of two
+	histBuckets  = 64 * histSub
+	windowSlices = 6 // the window is kept as 6 slices
+	recomputeLog = 6 // recompute every 1<<6 records
+)
+
+type tracker struct {
+	q, mult    float64
+	min, max   time.Duration
+	minSamples uint64
+	start      time.Time
+	width      time.Duration // of a slice
+	value      atomic.Int64
+	records    atomic.Uint64
+	computing  atomic.Bool
+	slice      [windowSlices]struct {
+		epoch  atomic.Int64
+		counts [histBuckets]atomic.Uint64
+	}
+}
+
+func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
+	if o.Quantile == 0 {
+		o.Quantile = 0.999
+	}
+	if o.Multiplier == 0 {
+		o.Multiplier = 1.5
+	}
+	if o.Min == 0 {
+		o.Min = max(d/10, 1)
+	}
+	if o.Max == 0 {
+		o.Max = d * 10
+	}
+	if o.Window == 0 {
+		o.Window = time.Minute
+	}
+	if o.MinSamples == 0 {
+		o.MinSamples = 100
+	}
+	switch {
+	case !(o.Quantile > 0 && o.Quantile <= 1):
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Quantile = %v: must be within (0, 1]", o.Quantile)
+	case !(o.Multiplier >= 1):
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Multiplier = %v: must be >= 1", o.Multiplier)
+	case o.Min < 0:
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Min = %v: must be >= 0", o.Min)
+	case o.Max < o.Min:
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Max = %v: must be >= Min (%v)", o.Max, o.Min)
+	case o.Window < windowSlices:
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Window = %v: must be >= 6ns", o.Window)
+	case o.MinSamples < 0:
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.MinSamples = %d: must be >= 0", o.MinSamples)
+	}
+	t := &tracker{
+		q: o.Quantile, mult: o.Multiplier, min: o.Min, max: o.Max,
+		minSamples: uint64(o.MinSamples), start: time.Now(), width: o.Window / windowSlices,
+	}
+	t.value.Store(int64(min(max(d, o.Min), o.Max)))
+	return t, nil
+}
+
+func (t *tracker) current() time.Duration { return time.Duration(t.value.Load()) }
+
+// bucket maps a latency to its histogram bucket: the power of two and the
+// next three bits.
+func bucket(d time.Duration) int {
+	if d < histSub {
+		return max(int(d), 0)
+	}
+	v := uint64(d)
+	exp := bits.Len64(v) - 1 // v in [2^exp, 2^(exp+1))
+	sub := int(v>>(exp-3)) & (histSub - 1)
+	return min((exp-2)*histSub+sub, histBuckets-1)
+}
+
+// upper is the largest latency in bucket i.
+func upper(i int) time.Duration {
+	if i < histSub {
+		return time.Duration(i)
+	}
+	exp := i/histSub + 2
+	sub := i % histSub
+	return time.Duration((uint64(histSub+sub+1) << (exp - 3)) - 1)
+}
+
+func (t *tracker) epoch(now time.Time) int64 {
+	return int64(max(now.Sub(t.start), 0)/t.width) + 1
+}
+
+func (t *tracker) record(d time.Duration) {
+	now := time.Now()
+	e := t.epoch(now)
+	s := &t.slice[e%windowSlices]
+	if old := s.epoch.Load(); old != e {
+		// The slice is reused for a new epoch: whoever wins the swap clears it.
+		if s.epoch.CompareAndSwap(old, e) {
+			for i := range s.counts {
+				s.counts[i].Store(0)
+			}
+			t.recompute(e)
+		}
+	}
+	s.counts[bucket(d)].Add(1)
+	if t.records.Add(1)&(1<<recomputeLog-1) == 0 {
+		t.recompute(e)
+	}
+}
+
+// recompute sets the timeout from the window's histogram; one goroutine at
+// a time, others skip.
+func (t *tracker) recompute(e int64) {
+	if !t.computing.CompareAndSwap(false, true) {
+		return
+	}
+	defer t.computing.Store(false)
+	var hist [histBuckets]uint64
+	var total uint64
+	for i := range t.slice {
+		s := &t.slice[i]
+		if se := s.epoch.Load(); se <= 0 || e-se >= windowSlices {
+			continue
+		}
+		for j := range s.counts {
+			n := s.counts[j].Load()
+			hist[j] += n
+			total += n
+		}
+	}
+	if total < t.minSamples || total == 0 {
+		return
+	}
+	rank := uint64(float64(total)*t.q + 0.5)
+	rank = max(rank, 1)
+	var seen uint64
+	for i, n := range hist {
+		seen += n
+		if seen >= rank {
+			v := time.Duration(float64(upper(i)) * t.mult)
+			t.value.Store(int64(min(max(v, t.min), t.max)))
+			return
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package timeout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// ErrTimeout matches every timeout of this package: errors.Is(err,
+// ErrTimeout). Such errors also match context.DeadlineExceeded.
+var ErrTimeout = errors.New("timeout: deadline exceeded")
+
+// Error is returned when this policy's deadline ended the call.
+type Error struct {
+	Timeout time.Duration // the timeout that fired
+	Err     error         // what the call returned, if anything
+}
+
+func (e *Error) Error() string {
+	if e.Err == nil || errors.Is(e.Err, context.DeadlineExceeded) {
+		return fmt.Sprintf("timeout: call exceeded %v", e.Timeout)
+	}
+	return fmt.Sprintf("timeout: call exceeded %v: %v", e.Timeout, e.Err)
+}
+
+// Is matches [ErrTimeout] and context.DeadlineExceeded.
+func (e *Error) Is(target error) bool {
+	return target == ErrTimeout || target == context.DeadlineExceeded
+}
+
+// Unwrap returns the call's own error.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Quantile is a point of a latency distribution: a fraction Q of calls take
+// at most Latency.
+type Quantile struct {
+	Q       float64
+	Latency time.Duration
+}
+
+// Policy bounds each call it runs. It is safe for concurrent use. Create one
+// with [New]; the zero value is not usable.
+type Policy struct {
+	d        time.Duration
+	cause    *Error
+	declared []Quantile
+	adaptive *tracker
+}
+
+// Option configures a [Policy].
+type Option interface{ apply(*config) }
+
+type config struct {
+	p    *Policy
+	errs []error
+	ad   *AdaptiveOptions
+}
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// Latency declares a point of the downstream's healthy latency: a fraction
+// q of its calls take at most d (e.g. Latency(0.99, 250*time.Millisecond)).
+// It may be given several times. A chain's lint warns when the timeout is
+// below a declared latency: the calls above it would time out and count as
+// failures on a healthy downstream.
+func Latency(q float64, d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case !(q > 0 && q <= 1):
+			c.errs = append(c.errs, fmt.Errorf("timeout: Latency(%v, %v): q must be within (0, 1]", q, d))
+		case d <= 0:
+			c.errs = append(c.errs, fmt.Errorf("timeout: Latency(%v, %v): latency must be > 0", q, d))
+		}
+		c.p.declared = append(c.p.declared, Quantile{q, d})
+	})
+}
+
+// New returns a Policy with timeout d (the starting value with [Adaptive]),
+// or an error naming the invalid argument.
+func New(d time.Duration, opts ...Option) (*Policy, error) {
+	if d <= 0 {
+		return nil, fmt.Errorf("timeout: New(%v): the timeout must be > 0", d)
+	}
+	c := &config{p: &Policy{d: d, cause: &Error{Timeout: d}}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, errors.New("timeout: nil Option")
+		}
+		o.apply(c)
+	}
+	if c.ad != nil {
+		t, err := newTracker(d, *c.ad)
+		if err != nil {
+			c.errs = append(c.errs, err)
+		}
+		c.p.adaptive = t
+	}
+	if len(c.errs) > 0 {
+		return nil, c.errs[0]
+	}
+	slices.SortFunc(c.p.declared, func(a, b Quantile) int {
+		switch {
+		case a.Q < b.Q:
+			return -1
+		case a.Q > b.Q:
+			return 1
+		}
+		return 0
+	})
+	return c.p, nil
+}
+
+// Timeout returns the current timeout: the fixed one, or the adaptive
+// value now.
+func (p *Policy) Timeout() time.Duration {
+	if p.adaptive != nil {
+		return p.adaptive.current()
+	}
+	return p.d
+}
+
+// Declared returns the declared latency quantiles, by increasing Q.
+func (p *Policy) Declared() []Quantile { return slices.Clone(p.declared) }
+
+// IsAdaptive reports whether the timeout follows observed latency.
+func (p *Policy) IsAdaptive() bool { return p.adaptive != nil }
+
+// AdaptiveBounds returns the adaptive timeout's [min, max] (both 0 for a
+// fixed timeout).
+func (p *Policy) AdaptiveBounds() (lo, hi time.Duration) {
+	if p.adaptive == nil {
+		return 0, 0
+	}
+	return p.adaptive.min, p.adaptive.max
+}
+
+// String returns "timeout(300ms)" or "timeout(adaptive 300ms)".
+func (p *Policy) String() string {
+	if p.adaptive != nil {
+		return fmt.Sprintf("timeout(adaptive %v)", p.Timeout())
+	}
+	return fmt.Sprintf("timeout(%v)", p.d)
+}
+
+// Do runs call with a deadline of the policy's timeout from now, unless the
+// caller's deadline is sooner. When this policy's deadline ends the call,
+// Do returns an [*Error] (matching [ErrTimeout] and
+// context.DeadlineExceeded); otherwise the call's own result.
+func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
+	d := p.Timeout()
+	var start time.Time
+	if dl, ok := ctx.Deadline(); ok {
+		start = time.Now()
+		if dl.Sub(start) <= d {
+			err := call(ctx) // the caller's deadline comes first: no context of ours
+			p.observe(start, err, false)
+			return err
+		}
+	} else if p.adaptive != nil {
+		start = time.Now()
+	}
+	cause := p.cause
+	if cause.Timeout != d {
+		cause = &Error{Timeout: d}
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, d, cause)
+	err := call(actx)
+	fired := actx.Err() != nil && ctx.Err() == nil
+	cancel()
+	p.observe(start, err, fired)
+	if fired && err != nil {
+		return &Error{Timeout: d, Err: err}
+	}
+	return err
+}
+
+// Expired reports whether err comes from this package's timeouts.
+func Expired(err error) bool { return errors.Is(err, ErrTimeout) }
+
+func (p *Policy) observe(start time.Time, err error, fired bool) {
+	if p.adaptive == nil {
+		return
+	}
+	switch {
+	case fired:
+		p.adaptive.record(p.adaptive.current()) // censored: at least the timeout
+	case err == nil:
+		p.adaptive.record(time.Since(start))
+	}
+}
+
+// Deadline returns the deadline this policy would give a call starting at
+// now, and the timeout behind it. It lets a chain fuse nested timeouts into
+// one context per attempt; use it with [Policy.Observe].
+func (p *Policy) Deadline(now time.Time) (time.Time, time.Duration) {
+	d := p.Timeout()
+	return now.Add(d), d
+}
+
+// Observe feeds an adaptive timeout with a call that started at start and
+// ended with err; fired reports that this policy's deadline ended it. It
+// does nothing for a fixed timeout. [Policy.Do] calls it itself.
+func (p *Policy) Observe(start time.Time, err error, fired bool) {
+	p.observe(start, err, fired)
+}
