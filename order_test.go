@@ -32,10 +32,10 @@ func codes(fs []chain.Finding) []string {
 // at once on every rejection.
 func TestRetryInsideVsOutsideBreaker(t *testing.T) {
 	for _, tc := range []struct {
-		name                            string
-		retryOutside                    bool
+		name                             string
+		retryOutside                     bool
 		openedAfter, reached, calls, rej int
-		finding                         string
+		finding                          string
 	}{
 		{name: "breaker wraps retry", openedAfter: 5, reached: 5, calls: 15, rej: 7, finding: "CG002"},
 		{name: "retry wraps breaker", retryOutside: true, openedAfter: 2, reached: 2, calls: 5, rej: 11},

@@ -1,0 +1,162 @@
+package chain_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("down")
+
+// opaque is a user's own policy: it counts the calls through it.
+type opaque struct{ calls int }
+
+func (o *opaque) Do(ctx context.Context, call func(context.Context) error) error {
+	o.calls++
+	return call(ctx)
+}
+
+func TestOrderFirstIsOutermost(t *testing.T) {
+	var trace []string
+	mark := func(name string) chain.Policy { return tracer{name, &trace} }
+	c := must(chain.New(mark("a"), mark("b"), mark("c")))
+	_ = c.Do(context.Background(), func(context.Context) error { trace = append(trace, "call"); return nil })
+	if got := len(trace); got != 7 || trace[0] != "a>" || trace[3] != "call" || trace[6] != "<a" {
+		t.Errorf("trace %v, want a> b> c> call <c <b <a", trace)
+	}
+	if c.String() != "tracer(a) → tracer(b) → tracer(c)" {
+		t.Errorf("String() = %q", c)
+	}
+}
+
+type tracer struct {
+	name  string
+	trace *[]string
+}
+
+func (p tracer) Do(ctx context.Context, call func(context.Context) error) error {
+	*p.trace = append(*p.trace, p.name+">")
+	err := call(ctx)
+	*p.trace = append(*p.trace, "<"+p.name)
+	return err
+}
+func (p tracer) String() string { return "tracer(" + p.name + ")" }
+
+// TestFusedTimeouts: an overall and an attempt timeout give each attempt one
+// context with the sooner deadline; with the caller's deadline sooner, the
+// call gets the caller's context itself.
+func TestFusedTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		overall, attempt := to(2*time.Second), to(300*time.Millisecond)
+		r := rt(retry.MaxAttempts(10), retry.Constant(500*time.Millisecond), retry.Jitter(0))
+		c := must(chain.New(overall, r, br(fiveConsecutive), attempt))
+		start := time.Now()
+		var deadlines []time.Duration
+		err := c.Do(context.Background(), func(ctx context.Context) error {
+			dl, _ := ctx.Deadline()
+			deadlines = append(deadlines, dl.Sub(start))
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		// Attempts start at 0, 0.8 and 1.6 s (300 ms each, then a 500 ms
+		// wait) and each ends on its own 300 ms deadline. A fourth would
+		// start at 2.4 s, past the overall 2 s: the retry stops at 1.9 s.
+		want := []time.Duration{300 * time.Millisecond, 1100 * time.Millisecond, 1900 * time.Millisecond}
+		if len(deadlines) != 3 || deadlines[0] != want[0] || deadlines[1] != want[1] || deadlines[2] != want[2] {
+			t.Errorf("attempt deadlines %v, want %v", deadlines, want)
+		}
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || !timeout.Expired(err) || time.Since(start) != 1900*time.Millisecond {
+			t.Errorf("got %v at %v, want the retry to stop on the overall deadline at 1.9 s", err, time.Since(start))
+		}
+
+		// The caller's deadline is sooner than both: no context is made.
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_ = c.Do(ctx, func(got context.Context) error {
+			if got != ctx {
+				t.Error("the chain made a context although the caller's deadline is sooner")
+			}
+			return nil
+		})
+	})
+}
+
+// TestOverallDeadlineIsNeutralForBreaker: when the overall timeout (outside
+// the breaker) ends an attempt, the breaker does not count it as a failure.
+func TestOverallDeadlineIsNeutralForBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := br(breaker.Settings{ConsecutiveFailures: 1})
+		c := must(chain.New(to(100*time.Millisecond), b, to(time.Second)))
+		err := c.Do(context.Background(), func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		if !timeout.Expired(err) || b.State() != breaker.StateClosed || b.Counts().Neutral != 1 {
+			t.Errorf("got %v, state %v, counts %+v; want a timeout counted neutral", err, b.State(), b.Counts())
+		}
+		// The attempt timeout inside the breaker is a failure.
+		c = must(chain.New(to(time.Second), b, to(100*time.Millisecond)))
+		_ = c.Do(context.Background(), func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() })
+		if b.State() != breaker.StateOpen {
+			t.Errorf("state %v after an attempt timeout, want open", b.State())
+		}
+	})
+}
+
+func TestOpaquePolicyAndFallback(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		o := &opaque{}
+		b := br(breaker.Settings{ConsecutiveFailures: 1})
+		served := 0
+		fb := must(fallback.New(func(ctx context.Context, err error) error { served++; return nil }))
+		c := must(chain.New(fb, o, to(time.Second), b, to(500*time.Millisecond)))
+		var deadline time.Duration
+		start := time.Now()
+		err := c.Do(context.Background(), func(ctx context.Context) error {
+			dl, _ := ctx.Deadline()
+			deadline = dl.Sub(start)
+			return errDown
+		})
+		if !errors.Is(err, errDown) || deadline != 500*time.Millisecond || o.calls != 1 {
+			t.Errorf("got %v, deadline %v, opaque calls %d; want errDown, 500ms, 1", err, deadline, o.calls)
+		}
+		// Open now: the fallback answers.
+		if err := c.Do(context.Background(), func(context.Context) error { return nil }); err != nil || served != 1 {
+			t.Errorf("got %v with %d fallbacks, want nil from the fallback", err, served)
+		}
+	})
+}
+
+func TestPanicRecordsFailure(t *testing.T) {
+	b := br(breaker.Settings{ConsecutiveFailures: 1})
+	c := must(chain.New(rt(), b))
+	func() {
+		defer func() { _ = recover() }()
+		_ = c.Do(context.Background(), func(context.Context) error { panic("boom") })
+	}()
+	if b.State() != breaker.StateOpen {
+		t.Errorf("state %v after a panic, want open", b.State())
+	}
+}
+
+func TestZeroAllocRetryBreaker(t *testing.T) {
+	c := must(chain.New(rt(), br(fiveConsecutive)))
+	ctx := context.Background()
+	call := func(context.Context) error { return nil }
+	if n := testing.AllocsPerRun(1000, func() { _ = c.Do(ctx, call) }); n != 0 {
+		t.Errorf("retry → breaker allocates %v per call, want 0", n)
+	}
+	var nilChain *chain.Chain
+	if err := nilChain.Do(ctx, call); err != nil {
+		t.Errorf("nil chain: %v", err)
+	}
+}

@@ -1,0 +1,201 @@
+package chain_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func codes(fs []chain.Finding) []string {
+	var out []string
+	for _, f := range fs {
+		out = append(out, f.Code)
+	}
+	return out
+}
+
+var (
+	fiveConsecutive = breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 30 * time.Second}
+	ok              = func(context.Context, error) error { return nil }
+)
+
+func br(s breaker.Settings) *breaker.Breaker { return must(breaker.New(s)) }
+func rt(opts ...retry.Option) *retry.Policy  { return must(retry.New(opts...)) }
+func to(d time.Duration, opts ...timeout.Option) *timeout.Policy {
+	return must(timeout.New(d, opts...))
+}
+
+// canonical is the order the lint is silent on.
+func canonical() []chain.Policy {
+	return []chain.Policy{
+		must(fallback.New(ok)),
+		to(5 * time.Second),
+		rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)),
+		br(fiveConsecutive),
+		to(300*time.Millisecond, timeout.Latency(0.99, 200*time.Millisecond)),
+	}
+}
+
+func TestCanonicalChainIsClean(t *testing.T) {
+	c, err := chain.Options{Strict: true, DownstreamRecovery: 20 * time.Second}.New(canonical()...)
+	if err != nil {
+		t.Fatalf("strict lint of the canonical order: %v", err)
+	}
+	want := "fallback(open) → timeout(5s) → retry(3) → breaker(5 consecutive, open 30s) → timeout(300ms)"
+	if c.String() != want {
+		t.Errorf("String() = %q, want %q", c.String(), want)
+	}
+}
+
+// TestRules triggers each rule with the smallest bad chain, checks the
+// numbers in its message, and checks that the fixed chain is silent on it.
+func TestRules(t *testing.T) {
+	for _, tc := range []struct {
+		code      string
+		opts      chain.Options
+		bad, good []chain.Policy
+		numbers   []string // must appear in the message
+	}{
+		{
+			code:    "CG001",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.RetryWhenOpen()), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"≈ 300ms", "100ms + 200ms"},
+		},
+		{
+			code:    "CG002",
+			bad:     []chain.Policy{br(fiveConsecutive), rt(retry.MaxAttempts(3)), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"1 failure per 3 downstream calls", "after 15 downstream calls instead of 5"},
+		},
+		{
+			code:    "CG003",
+			bad:     []chain.Policy{br(fiveConsecutive), to(100*time.Millisecond, timeout.Latency(0.8, 100*time.Millisecond), timeout.Latency(1, time.Second))},
+			good:    []chain.Policy{br(fiveConsecutive), to(time.Second, timeout.Latency(0.8, 100*time.Millisecond), timeout.Latency(1, time.Second))},
+			numbers: []string{"p80 latency of 100ms", "≥ 20% of calls"},
+		},
+		{
+			code:    "CG004",
+			bad:     []chain.Policy{br(fiveConsecutive), to(3 * time.Second)},
+			good:    []chain.Policy{br(fiveConsecutive), to(200 * time.Millisecond)},
+			numbers: []string{"5 × 3s = 15s at 1 caller"},
+		},
+		{
+			code:    "CG005",
+			bad:     []chain.Policy{to(2 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{to(4 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"3 attempts × 1s + 300ms of waits = 3.3s"},
+		},
+		{
+			code:    "CG006",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3)), rt(retry.MaxAttempts(4)), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"3 × 4 = 12 downstream calls"},
+		},
+		{
+			code:    "CG007",
+			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 10}), to(time.Second)},
+			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 10, HalfOpenSuccesses: 7}), to(time.Second)},
+			numbers: []string{"10 of its 10", "probability 35%", "at 70% 2.8%"},
+		},
+		{
+			code:    "CG008",
+			bad:     []chain.Policy{br(fiveConsecutive), must(fallback.New(ok, fallback.OnAnyFailure())), to(time.Second)},
+			good:    []chain.Policy{must(fallback.New(ok, fallback.OnAnyFailure())), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"never opens"},
+		},
+		{
+			code:    "CG009",
+			bad:     []chain.Policy{to(time.Second), br(fiveConsecutive)},
+			good:    []chain.Policy{br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"half-open probe slot"},
+		},
+		{
+			code:    "CG010",
+			bad:     []chain.Policy{br(breaker.Settings{FailureRate: 0.5, Window: time.Second}), to(800 * time.Millisecond)},
+			good:    []chain.Policy{br(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second}), to(800 * time.Millisecond)},
+			numbers: []string{"1s window", "800ms attempt timeout", "at least 1.6s"},
+		},
+		{
+			code:    "CG011",
+			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 8, HalfOpenSuccesses: 4}), to(time.Second)},
+			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 3}), to(time.Second)},
+			numbers: []string{"8 half-open probes", "sends 8 calls"},
+		},
+		{
+			code:    "CG012",
+			opts:    chain.Options{DownstreamRecovery: 30 * time.Second},
+			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second}), to(time.Second)},
+			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, MaxOpenTimeout: time.Minute}), to(time.Second)},
+			numbers: []string{"stays open 5s", "30s to recover", "about 5 times"},
+		},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			bad, err := tc.opts.New(tc.bad...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg string
+			for _, f := range bad.Findings() {
+				if f.Code == tc.code {
+					msg = f.Message
+				}
+			}
+			if msg == "" {
+				t.Fatalf("%v: findings %v, want %s", bad, codes(bad.Findings()), tc.code)
+			}
+			for _, n := range tc.numbers {
+				if !strings.Contains(msg, n) {
+					t.Errorf("%s message lacks %q:\n%s", tc.code, n, msg)
+				}
+			}
+			if !strings.Contains(msg, "Fix:") {
+				t.Errorf("%s message has no fix:\n%s", tc.code, msg)
+			}
+			good, err := tc.opts.New(tc.good...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(codes(good.Findings()), tc.code) {
+				t.Errorf("%v: findings %v, want no %s", good, codes(good.Findings()), tc.code)
+			}
+			// Strict mode refuses the bad chain, naming the code.
+			strict := tc.opts
+			strict.Strict = true
+			if _, err := strict.New(tc.bad...); err == nil || !strings.Contains(err.Error(), tc.code) {
+				t.Errorf("strict: %v, want an error naming %s", err, tc.code)
+			}
+			strict.Ignore = codes(bad.Findings())
+			if _, err := strict.New(tc.bad...); err != nil {
+				t.Errorf("strict with every code ignored: %v", err)
+			}
+		})
+	}
+	if got := len(chain.Rules()); got != 12 {
+		t.Errorf("%d rules documented, want 12", got)
+	}
+}
+
+func TestNilPolicy(t *testing.T) {
+	var b *breaker.Breaker
+	for _, ps := range [][]chain.Policy{{nil}, {rt(), b}} {
+		if c, err := chain.New(ps...); c != nil || err == nil || !strings.Contains(err.Error(), "is nil") {
+			t.Errorf("New(%v) = %v, %v; want an error naming the nil policy", ps, c, err)
+		}
+	}
+}

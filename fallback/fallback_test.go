@@ -1,0 +1,59 @@
+package fallback_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/fallback"
+)
+
+var errDown = errors.New("down")
+
+func TestCovers(t *testing.T) {
+	stale := func(ctx context.Context, err error) error { return nil }
+	open, _ := fallback.New(stale)
+	any, _ := fallback.New(stale, fallback.OnAnyFailure())
+	custom, _ := fallback.New(stale, fallback.When(func(err error) bool { return errors.Is(err, errDown) }))
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	for _, tc := range []struct {
+		p    *fallback.Policy
+		ctx  context.Context
+		err  error
+		want bool
+	}{
+		{open, bg, breaker.ErrOpen, true},
+		{open, bg, breaker.ErrTooManyProbes, true},
+		{open, bg, errDown, false},
+		{open, bg, nil, false},
+		{any, bg, errDown, true},
+		{any, canceled, context.Canceled, false},
+		{custom, bg, errDown, true},
+		{custom, bg, breaker.ErrOpen, false},
+	} {
+		if got := tc.p.Covers(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("%v.Covers(%v) = %t, want %t", tc.p, tc.err, got, tc.want)
+		}
+	}
+	if _, err := fallback.New(nil); err == nil {
+		t.Error("New(nil) succeeded")
+	}
+}
+
+func Example() {
+	cache := "last good price: 42"
+	var price string
+	fb, _ := fallback.New(func(ctx context.Context, err error) error {
+		price = cache + " (stale)"
+		return nil
+	})
+	err := fb.Do(context.Background(), func(ctx context.Context) error {
+		return breaker.ErrOpen // the breaker rejected the call
+	})
+	fmt.Println(price, err)
+	// Output: last good price: 42 (stale) <nil>
+}

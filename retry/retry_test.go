@@ -1,0 +1,213 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/retry"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var errDown = errors.New("down")
+
+func mustNew(t *testing.T, opts ...retry.Option) *retry.Policy {
+	t.Helper()
+	p, err := retry.New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// failing returns a call that fails n times, then succeeds, recording the
+// instants of its attempts.
+func failing(n int, at *[]time.Duration, start time.Time, err error) func(context.Context) error {
+	return func(context.Context) error {
+		*at = append(*at, time.Since(start))
+		if len(*at) <= n {
+			return err
+		}
+		return nil
+	}
+}
+
+func TestAttemptsAndExactWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var waits []time.Duration
+		p := mustNew(t, retry.MaxAttempts(4), retry.Exponential(100*time.Millisecond, 250*time.Millisecond), retry.Jitter(0),
+			retry.OnRetry(func(attempt int, err error, wait time.Duration) { waits = append(waits, wait) }))
+		var at []time.Duration
+		err := p.Do(context.Background(), failing(10, &at, time.Now(), errDown))
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Attempts != 4 || ex.Reason != retry.ReasonAttempts || !errors.Is(err, errDown) {
+			t.Fatalf("got %v, want ExhaustedError after 4 attempts unwrapping to errDown", err)
+		}
+		want := []time.Duration{0, 100 * time.Millisecond, 300 * time.Millisecond, 550 * time.Millisecond}
+		if !slices.Equal(at, want) {
+			t.Errorf("attempts at %v, want %v", at, want)
+		}
+		if w := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond}; !slices.Equal(waits, w) || !slices.Equal(p.Waits(), w) {
+			t.Errorf("OnRetry waits %v, Waits() %v, want %v", waits, p.Waits(), w)
+		}
+		at = nil
+		if err := p.Do(context.Background(), failing(2, &at, time.Now(), errDown)); err != nil || len(at) != 3 {
+			t.Errorf("got %v after %d attempts, want success on the 3rd", err, len(at))
+		}
+	})
+}
+
+func TestGivesUpAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		opts []retry.Option
+		want int
+	}{
+		{"breaker open", breaker.ErrOpen, nil, 1},
+		{"probe quota", breaker.ErrTooManyProbes, nil, 1},
+		{"open with RetryWhenOpen", breaker.ErrOpen, []retry.Option{retry.RetryWhenOpen()}, 3},
+		{"permanent", retry.Permanent(errDown), nil, 1},
+		{"RetryIf says no", errDown, []retry.Option{retry.RetryIf(func(error) bool { return false })}, 1},
+		{"pushback: do not retry", retry.After(errDown, -1), nil, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := mustNew(t, append([]retry.Option{retry.Constant(time.Second), retry.Jitter(0)}, tc.opts...)...)
+				var at []time.Duration
+				start := time.Now()
+				err := p.Do(context.Background(), failing(10, &at, start, tc.err))
+				if len(at) != tc.want || !errors.Is(err, tc.err) {
+					t.Errorf("%d attempts, %v; want %d attempts and the error", len(at), err, tc.want)
+				}
+				if waited := time.Since(start); waited != time.Duration(tc.want-1)*time.Second {
+					t.Errorf("waited %v, want %v", waited, time.Duration(tc.want-1)*time.Second)
+				}
+			})
+		})
+	}
+}
+
+func TestPushbackOverridesBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.Constant(time.Second), retry.Jitter(0))
+		var at []time.Duration
+		err := p.Do(context.Background(), failing(1, &at, time.Now(), retry.After(errDown, 3*time.Second)))
+		if err != nil || !slices.Equal(at, []time.Duration{0, 3 * time.Second}) {
+			t.Errorf("got %v, attempts at %v; want success after the server's 3 s", err, at)
+		}
+	})
+}
+
+func TestDeadlineEndsRetryAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.Constant(time.Second), retry.Jitter(0))
+		ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		var at []time.Duration
+		err := p.Do(ctx, failing(10, &at, start, errDown))
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || len(at) != 2 || time.Since(start) != time.Second {
+			t.Errorf("got %v after %d attempts and %v; want ReasonDeadline after 2 attempts at 1 s", err, len(at), time.Since(start))
+		}
+		// DoUntil: an enclosing deadline that is not on the context.
+		at = nil
+		start = time.Now()
+		err = p.DoUntil(context.Background(), start.Add(500*time.Millisecond), failing(10, &at, start, errDown))
+		if !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || len(at) != 1 || time.Since(start) != 0 {
+			t.Errorf("DoUntil: %v after %d attempts; want ReasonDeadline at once", err, len(at))
+		}
+	})
+}
+
+func TestCancelDuringWaitReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.Constant(time.Hour), retry.Jitter(0))
+		ctx, cancel := context.WithCancel(context.Background())
+		start := time.Now()
+		go func() {
+			time.Sleep(time.Second)
+			cancel()
+		}()
+		err := p.Do(ctx, func(context.Context) error { return errDown })
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason != retry.ReasonCanceled || !errors.Is(err, context.Canceled) || !errors.Is(err, errDown) || time.Since(start) != time.Second {
+			t.Errorf("got %v after %v; want a cancellation at 1 s matching context.Canceled and the last error", err, time.Since(start))
+		}
+		// An error after the caller's own cancellation is not retried.
+		calls := 0
+		_ = p.Do(ctx, func(context.Context) error { calls++; return errDown })
+		if calls != 1 {
+			t.Errorf("%d attempts with a canceled context, want 1", calls)
+		}
+	})
+}
+
+// TestBudgetUnderOutage: a total outage, 10,000 requests over 100 s with 3
+// attempts each: with a 10 % budget and a floor of 1 retry a second,
+// attempts per request stay ≤ 1.1 + the floor's share.
+func TestBudgetUnderOutage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := retry.NewBudget(0.1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(0), retry.WithBudget(budget))
+		attempts, requests := 0, 10000
+		for range requests {
+			_ = p.Do(context.Background(), func(context.Context) error { attempts++; return errDown })
+			time.Sleep(10 * time.Millisecond)
+		}
+		ratio := float64(attempts) / float64(requests)
+		// 100 s of floor (100 retries) and the initial bucket (11 tokens).
+		limit := 1.1 + (100.0+11)/float64(requests)
+		t.Logf("attempts per request %.4f (limit %.4f)", ratio, limit)
+		if ratio > limit || ratio < 1.09 {
+			t.Errorf("attempts per request %.4f, want within [1.09, %.4f]", ratio, limit)
+		}
+	})
+}
+
+func TestSuccessBuildsNothing(t *testing.T) {
+	p := mustNew(t, retry.MaxAttempts(5))
+	ctx := context.Background()
+	call := func(context.Context) error { return nil }
+	if n := testing.AllocsPerRun(100, func() { _ = p.Do(ctx, call) }); n != 0 {
+		t.Errorf("a success allocates %v times, want 0", n)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for _, tc := range []struct {
+		opt  retry.Option
+		name string
+	}{
+		{retry.MaxAttempts(0), "MaxAttempts(0)"},
+		{retry.Constant(-time.Second), "Constant(-1s)"},
+		{retry.Exponential(time.Second, time.Millisecond), "Exponential(1s, 1ms)"},
+		{retry.Exponential(-time.Second, time.Second), "Exponential(-1s, 1s)"},
+		{retry.Jitter(1.5), "Jitter(1.5)"},
+		{retry.RetryIf(nil), "RetryIf(nil)"},
+		{retry.WithBudget(nil), "WithBudget(nil)"},
+		{nil, "nil Option"},
+	} {
+		p, err := retry.New(tc.opt)
+		if p != nil || err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("New(%s) = %v, %v; want an error naming it", tc.name, p, err)
+		}
+	}
+	if _, err := retry.NewBudget(2, 0); err == nil || !strings.Contains(err.Error(), "ratio") {
+		t.Errorf("NewBudget(2, 0): %v, want an error naming ratio", err)
+	}
+	if _, err := retry.NewBudget(0.1, -1); err == nil || !strings.Contains(err.Error(), "minPerSecond") {
+		t.Errorf("NewBudget(0.1, -1): %v, want an error naming minPerSecond", err)
+	}
+}

@@ -1,0 +1,158 @@
+package timeout_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/timeout"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func hang(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+func TestTimeoutFires(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := timeout.New(300 * time.Millisecond)
+		start := time.Now()
+		var cause error
+		err := p.Do(context.Background(), func(ctx context.Context) error {
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+		var te *timeout.Error
+		if !errors.As(err, &te) || te.Timeout != 300*time.Millisecond || !errors.Is(err, timeout.ErrTimeout) ||
+			!errors.Is(err, context.DeadlineExceeded) || time.Since(start) != 300*time.Millisecond {
+			t.Errorf("got %v after %v, want a timeout.Error at 300ms", err, time.Since(start))
+		}
+		if !errors.As(cause, &te) {
+			t.Errorf("context.Cause = %v, want the policy's *timeout.Error", cause)
+		}
+	})
+}
+
+func TestCallerDeadlineSoonerMakesNoContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := timeout.New(time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		err := p.Do(ctx, func(got context.Context) error {
+			if got != ctx {
+				t.Error("a context was made although the caller's deadline is sooner")
+			}
+			return hang(got)
+		})
+		if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, timeout.ErrTimeout) {
+			t.Errorf("got %v, want the caller's own deadline, not a timeout of ours", err)
+		}
+	})
+}
+
+func TestCallerCancellationIsNotOurs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := timeout.New(time.Second)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+		err := p.Do(ctx, hang)
+		if !errors.Is(err, context.Canceled) || timeout.Expired(err) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	})
+}
+
+func TestSuccessInTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, _ := timeout.New(time.Second)
+		err := p.Do(context.Background(), func(ctx context.Context) error { time.Sleep(999 * time.Millisecond); return nil })
+		if err != nil {
+			t.Errorf("got %v, want nil", err)
+		}
+	})
+}
+
+// TestAdaptiveGrowsAboveTail: starting at 100 ms on a downstream whose tail
+// reaches 800 ms, the censored timeouts push the adaptive timeout above the
+// tail; once the slow calls stop, it comes back down.
+func TestAdaptiveGrowsAboveTail(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+			Quantile: 0.99, Multiplier: 1.5, Min: 20 * time.Millisecond, Max: 5 * time.Second, Window: 10 * time.Second, MinSamples: 50,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		call := func(lat time.Duration) func(context.Context) error {
+			return func(ctx context.Context) error {
+				select {
+				case <-time.After(lat):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+		}
+		timeouts := 0
+		for i := range 2000 {
+			lat := 30 * time.Millisecond
+			if i%10 == 0 {
+				lat = 800 * time.Millisecond
+			}
+			if timeout.Expired(p.Do(context.Background(), call(lat))) {
+				timeouts++
+			}
+		}
+		if got := p.Timeout(); got < 800*time.Millisecond {
+			t.Errorf("adaptive timeout %v after a tail of 800 ms, want above it", got)
+		}
+		t.Logf("after the slow phase: %v (%d timeouts on the way)", p.Timeout(), timeouts)
+		for range 3000 {
+			_ = p.Do(context.Background(), call(30*time.Millisecond))
+		}
+		if got := p.Timeout(); got > 100*time.Millisecond || got < 30*time.Millisecond {
+			t.Errorf("adaptive timeout %v on a 30 ms downstream, want 30–100 ms (p99 × 1.5)", got)
+		}
+		t.Logf("after the fast phase: %v", p.Timeout())
+	})
+}
+
+func TestInvalid(t *testing.T) {
+	for _, tc := range []struct {
+		d    time.Duration
+		opt  timeout.Option
+		name string
+	}{
+		{0, nil, "New(0s)"},
+		{time.Second, timeout.Latency(1.5, time.Second), "Latency(1.5"},
+		{time.Second, timeout.Latency(0.9, 0), "Latency(0.9, 0s)"},
+		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 2}), "Quantile"},
+		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Multiplier: 0.5}), "Multiplier"},
+		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Min: time.Second, Max: time.Millisecond}), "Max"},
+		{time.Second, nil, "nil Option"},
+	} {
+		var opts []timeout.Option
+		if tc.opt != nil || tc.name == "nil Option" {
+			opts = append(opts, tc.opt)
+		}
+		p, err := timeout.New(tc.d, opts...)
+		if p != nil || err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%s: got %v, %v; want an error naming it", tc.name, p, err)
+		}
+	}
+}
+
+func ExamplePolicy_Do() {
+	p, _ := timeout.New(10 * time.Millisecond)
+	err := p.Do(context.Background(), func(ctx context.Context) error {
+		<-ctx.Done() // a downstream that hangs
+		return ctx.Err()
+	})
+	fmt.Println(err, errors.Is(err, timeout.ErrTimeout), errors.Is(err, context.DeadlineExceeded))
+	// Output: timeout: call exceeded 10ms true true
+}
