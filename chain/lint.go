@@ -106,7 +106,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 				sum += w
 				parts[k] = w.String()
 			}
-			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (SEEDS C3). Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
+			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (docs/conflicts.md, case 3). Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
 				o.r, name, sum, strings.Join(parts, " + "))
 		}
 		if j > i && a > 1 {
@@ -118,7 +118,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 			default:
 				consequence = fmt.Sprintf("its rates need %d downstream calls instead of %d (MinCalls) before they can trip", s.MinCalls*a, s.MinCalls)
 			}
-			l.warn("CG002", "%v is inside %s: the breaker sees one outcome per request, 1 failure per %d downstream calls; %s, and a downstream that is down gets %d× the load before the breaker reacts (SEEDS C1: 15 calls instead of 5). Fix: put the retry outside the breaker: chain.New(retry, breaker, …).",
+			l.warn("CG002", "%v is inside %s: the breaker sees one outcome per request, 1 failure per %d downstream calls; %s, and a downstream that is down gets %d× the load before the breaker reacts (docs/conflicts.md, case 1: 15 calls instead of 5). Fix: put the retry outside the breaker: chain.New(retry, breaker, …).",
 				o.r, name, a, consequence, a)
 		}
 	}
@@ -130,7 +130,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		l.warn("CG009", "%s has no attempt timeout inside it: a call that hangs holds its half-open probe slot until it returns, and a hung downstream never counts as failing. Fix: add timeout.New(d) between the breaker and the call: chain.New(…, breaker, timeout).", name)
 	default:
 		if n := s.ConsecutiveFailures; n > 0 && time.Duration(n)*t > l.o.MaxDetection {
-			l.warn("CG004", "%s trips after %d consecutive failures and the attempt timeout inside it is %v: a hung downstream is detected only after %d × %v = %v at 1 caller, each call holding its caller %v meanwhile (SEEDS C2: 15 s at 3 s × 5). Fix: a shorter attempt timeout (still above the healthy tail latency) or fewer failures to trip, for detection within %v.",
+			l.warn("CG004", "%s trips after %d consecutive failures and the attempt timeout inside it is %v: a hung downstream is detected only after %d × %v = %v at 1 caller, each call holding its caller %v meanwhile (docs/conflicts.md, case 2: 15 s at 3 s × 5). Fix: a shorter attempt timeout (still above the healthy tail latency) or fewer failures to trip, for detection within %v.",
 				name, n, t, n, t, time.Duration(n)*t, t, l.o.MaxDetection)
 		}
 		if s.FailureRate > 0 && s.Window > 0 && s.Window < 2*t {
@@ -145,12 +145,12 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 	// CG007: the chance that a half-open round passes on a flaky downstream.
 	n, k := s.HalfOpenProbes, s.HalfOpenSuccesses
 	if p90 := passProbability(n, k, 0.9); p90 < 0.5 {
-		l.warn("CG007", "%s closes only when %d of its %d half-open probes succeed: at 90%% downstream success a round passes with probability %.0f%%, at 70%% %.1f%% (SEEDS A: a median 25 s to close at 70%% with 10 of 10). Fix: HalfOpenSuccesses below HalfOpenProbes (e.g. %d of %d), or fewer probes.",
+		l.warn("CG007", "%s closes only when %d of its %d half-open probes succeed: at 90%% downstream success a round passes with probability %.0f%%, at 70%% %.1f%% (docs/breaker.md: a median 25 s to close at 70%% with 10 of 10). Fix: HalfOpenSuccesses below HalfOpenProbes (e.g. %d of %d), or fewer probes.",
 			name, k, n, 100*p90, 100*passProbability(n, k, 0.7), max(1, n*7/10), n)
 	}
 	// CG011: probes sent to a downstream still down.
 	if n > 5 {
-		l.warn("CG011", "%s admits %d half-open probes: each failed round sends %d calls to a downstream that is still down (SEEDS A: 2 / 6 / 18 failed probes for 1 / 3 / 10). Fix: 1 to 5 probes; to close reliably on a flaky downstream use HalfOpenSuccesses < HalfOpenProbes rather than more probes.",
+		l.warn("CG011", "%s admits %d half-open probes: each failed round sends %d calls to a downstream that is still down (docs/breaker.md: 2 / 6 / 18 failed probes for 1 / 3 / 10). Fix: 1 to 5 probes; to close reliably on a flaky downstream use HalfOpenSuccesses < HalfOpenProbes rather than more probes.",
 			name, n, n)
 	}
 	// CG012: breaker jitter.
@@ -199,7 +199,7 @@ func (l *linter) timeout(i int) {
 	}
 	for _, q := range t.Declared() {
 		if q.Latency >= d && 1-q.Q >= 0.01 {
-			l.warn("CG003", "%v is at or below the downstream's declared p%s latency of %v: ≥ %s%% of calls to a healthy downstream will time out and count as failures, and a breaker will open on a downstream that is fine (SEEDS C4: 16 opens in 20 s at 100 ms). Fix: a timeout above the healthy tail%s, or timeout.Adaptive.",
+			l.warn("CG003", "%v is at or below the downstream's declared p%s latency of %v: ≥ %s%% of calls to a healthy downstream will time out and count as failures, and a breaker will open on a downstream that is fine (docs/conflicts.md, case 4: 16 opens in 20 s at 100 ms). Fix: a timeout above the healthy tail%s, or timeout.Adaptive.",
 				t, percent(q.Q), q.Latency, percent(1-q.Q), tailHint(t.Declared()))
 			break
 		}
