@@ -94,7 +94,7 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)
 	}
-	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, &timeout.Error{Timeout: f.timeout})
+	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, c.steps[f.owner].t.Cause(f.timeout))
 	err := call(actx)
 	fired := actx.Err() != nil && ctx.Err() == nil
 	cancel()

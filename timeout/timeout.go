@@ -201,6 +201,16 @@ func (p *Policy) Deadline(now time.Time) (time.Time, time.Duration) {
 	return now.Add(d), d
 }
 
+// Cause returns the error that a context whose deadline this policy set
+// with timeout d reports as its cause (see context.Cause): a *Error, made
+// once for the policy's fixed timeout.
+func (p *Policy) Cause(d time.Duration) error {
+	if d == p.cause.Timeout {
+		return p.cause
+	}
+	return &Error{Timeout: d}
+}
+
 // Observe feeds an adaptive timeout with a call that started at start and
 // ended with err; fired reports that this policy's deadline ended it. It
 // does nothing for a fixed timeout. [Policy.Do] calls it itself.
