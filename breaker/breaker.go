@@ -301,16 +301,57 @@ func (b *Breaker) classify(ctx context.Context, err error) outcome {
 	if err == nil {
 		return success
 	}
-	if ctx != nil && ctx.Err() != nil {
+	if callerDone(ctx) {
 		return neutral
 	}
 	if b.s.IsExcluded != nil && b.s.IsExcluded(err) {
 		return neutral
 	}
-	if b.s.IsFailure != nil && !b.s.IsFailure(err) {
+	if b.s.IsFailure != nil {
+		if b.s.IsFailure(err) {
+			return failure
+		}
+		return success
+	}
+	if isNotFailure(err) {
 		return success
 	}
 	return failure
+}
+
+// NotFailure marks err as an answer from a healthy downstream, such as
+// gRPC's NotFound or an HTTP 404: with the default classification the
+// breaker counts it as a success. errors.Is and errors.As see through it.
+// The gRPC and HTTP adapters mark caller errors this way.
+func NotFailure(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &notFailure{err}
+}
+
+type notFailure struct{ err error }
+
+func (e *notFailure) Error() string { return e.err.Error() }
+func (e *notFailure) Unwrap() error { return e.err }
+
+func isNotFailure(err error) bool {
+	var nf *notFailure
+	return errors.As(err, &nf)
+}
+
+// callerDone reports that the caller's context has ended, or that its
+// deadline has passed and its timer is about to say so: a downstream that
+// was sent the deadline may report it first.
+func callerDone(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func (b *Breaker) count(o outcome) {

@@ -320,3 +320,16 @@ func TestOnStateChangeMayReadBreaker(t *testing.T) {
 		})
 	}
 }
+
+// TestNotFailure: an error marked as an answer from a healthy downstream is
+// a success for the default classification, and stays visible to errors.Is.
+func TestNotFailure(t *testing.T) {
+	b := mustNew(t, breaker.Settings{ConsecutiveFailures: 1})
+	err := b.Do(context.Background(), func(context.Context) error { return breaker.NotFailure(errExcluded) })
+	if !errors.Is(err, errExcluded) || b.State() != breaker.StateClosed || b.Counts().Successes != 1 {
+		t.Fatalf("got %v, state %v, counts %+v; want a success", err, b.State(), b.Counts())
+	}
+	if breaker.NotFailure(nil) != nil {
+		t.Fatal("NotFailure(nil) != nil")
+	}
+}

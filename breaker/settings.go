@@ -104,8 +104,9 @@ type Settings struct {
 	SkipHalfOpen bool
 
 	// IsFailure decides whether an error counts as a failure; false counts
-	// it as a success. nil: any non-nil error is a failure. Whatever it says,
-	// an error returned after the caller's own context is done is neutral.
+	// it as a success. nil: any non-nil error is a failure, except errors
+	// marked with NotFailure. Whatever it says, an error returned after the
+	// caller's own context is done is neutral.
 	IsFailure func(error) bool
 	// IsExcluded marks errors that are neither success nor failure (for
 	// example a caller's invalid argument); checked before IsFailure.

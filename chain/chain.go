@@ -134,6 +134,19 @@ func describe(p Policy) string {
 	return fmt.Sprintf("%T", p)
 }
 
+// Policies returns the chain's policies, outermost first. Adapters that
+// cannot run a call as one function, such as gRPC streams, use them.
+func (c *Chain) Policies() []Policy {
+	if c == nil {
+		return nil
+	}
+	ps := make([]Policy, len(c.steps))
+	for i, s := range c.steps {
+		ps[i] = s.p
+	}
+	return ps
+}
+
 // Findings returns the warnings that did not block construction.
 func (c *Chain) Findings() []Finding {
 	return append([]Finding(nil), c.findings...)

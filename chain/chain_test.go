@@ -160,3 +160,31 @@ func TestZeroAllocRetryBreaker(t *testing.T) {
 		t.Errorf("nil chain: %v", err)
 	}
 }
+
+// TestHolder: a call that holds its attempt context keeps it alive after it
+// returns, until released; without Hold the chain cancels it at once.
+func TestHolder(t *testing.T) {
+	c := must(chain.New(to(time.Minute)))
+	var kept context.Context
+	ctx, h := chain.WithHolder(context.Background())
+	var release func()
+	_ = c.Do(ctx, func(ctx context.Context) error {
+		kept = ctx
+		release = h.Hold()
+		return nil
+	})
+	if kept.Err() != nil {
+		t.Fatal("held attempt context canceled when the call returned")
+	}
+	release()
+	if kept.Err() == nil {
+		t.Fatal("release did not cancel the attempt context")
+	}
+	_ = c.Do(ctx, func(ctx context.Context) error { kept = ctx; return nil })
+	if kept.Err() == nil {
+		t.Fatal("an attempt context that was not held outlived its call")
+	}
+	if ps := c.Policies(); len(ps) != 1 {
+		t.Fatalf("Policies() = %v", ps)
+	}
+}

@@ -95,10 +95,25 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 		return call(ctx)
 	}
 	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, c.steps[f.owner].t.Cause(f.timeout))
-	err := call(actx)
-	fired := actx.Err() != nil && ctx.Err() == nil
+	var err error
+	if h := holderFrom(ctx); h != nil {
+		h.begin(cancel) // the call may take the cancellation over
+		err = call(actx)
+		err = attemptError(ctx, actx, f, err)
+		h.finish()
+		return err
+	}
+	err = call(actx)
+	err = attemptError(ctx, actx, f, err)
 	cancel()
-	if fired && err != nil {
+	return err
+}
+
+// attemptError reports an attempt that the fused deadline ended as a
+// timeout. It is ours if our context ended, or if its deadline passed: the
+// downstream may report the deadline it was sent before our timer fires.
+func attemptError(ctx, actx context.Context, f frame, err error) error {
+	if err != nil && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(f.deadline)) {
 		return &timeout.Error{Timeout: f.timeout, Err: err}
 	}
 	return err

@@ -169,13 +169,20 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	}
 	actx, cancel := context.WithTimeoutCause(ctx, d, cause)
 	err := call(actx)
-	fired := actx.Err() != nil && ctx.Err() == nil
+	// Ours if our context ended, or its deadline passed (the downstream may
+	// report the deadline it was sent before our timer fires).
+	fired := err != nil && ctx.Err() == nil && (actx.Err() != nil || deadlinePassed(actx))
 	cancel()
 	p.observe(start, err, fired)
 	if fired && err != nil {
 		return &Error{Timeout: d, Err: err}
 	}
 	return err
+}
+
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // Expired reports whether err comes from this package's timeouts.

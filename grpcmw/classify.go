@@ -1,0 +1,120 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Class is how a status code counts.
+type Class int
+
+const (
+	// Success: the call worked.
+	Success Class = iota
+	// CallerError: the downstream is healthy but refused the call (bad
+	// argument, not found, …): never trips a breaker, never retried.
+	CallerError
+	// Failure: the downstream failed; not worth retrying.
+	Failure
+	// RetryableFailure: the downstream failed; an idempotent call may be
+	// retried.
+	RetryableFailure
+)
+
+// DefaultClassify is the default classification of status codes.
+func DefaultClassify(c codes.Code) Class {
+	switch c {
+	case codes.OK:
+		return Success
+	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
+		return RetryableFailure
+	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Aborted:
+		return Failure
+	default:
+		return CallerError
+	}
+}
+
+// pushbackKey is the trailer of gRFC A6 server pushback.
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// outcome turns an attempt's error into what the chain's policies should
+// see: caller errors marked as not failures and permanent, failures
+// permanent unless retryable and allowed, pushback attached. callerCtx is
+// the caller's context, not the attempt's.
+func (cfg *config) outcome(callerCtx context.Context, err error, trailer metadata.MD, mayRetry bool) error {
+	if err == nil {
+		return nil
+	}
+	if callerCtx.Err() != nil || deadlinePassed(callerCtx) {
+		return err // the caller's own cancellation: the policies see it as such
+	}
+	code := status.Code(err)
+	if timeout.Expired(err) {
+		code = codes.DeadlineExceeded // a stream's first-response timeout cancels, so grpc says Canceled
+	}
+	switch cfg.classify(code) {
+	case Success:
+		return breaker.NotFailure(err)
+	case CallerError:
+		return breaker.NotFailure(retry.Permanent(err))
+	case Failure:
+		return retry.Permanent(err)
+	}
+	if !mayRetry {
+		return retry.Permanent(err)
+	}
+	if v := trailer.Get(pushbackKey); len(v) > 0 {
+		ms, perr := strconv.Atoi(v[0])
+		if perr != nil || ms < 0 {
+			return retry.After(err, -1) // gRFC A6: invalid or negative means do not retry
+		}
+		return retry.After(err, time.Duration(ms)*time.Millisecond)
+	}
+	return err
+}
+
+func deadlinePassed(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// statusError is a gRPC status error that keeps callguard's error behind it.
+type statusError struct {
+	st  *status.Status
+	err error
+}
+
+func (e *statusError) Error() string              { return e.st.Err().Error() }
+func (e *statusError) GRPCStatus() *status.Status { return e.st }
+func (e *statusError) Unwrap() error              { return e.err }
+
+// toStatus maps the chain's result to what a gRPC caller expects.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, breaker.ErrOpen) {
+		return &statusError{status.New(codes.Unavailable, err.Error()), err}
+	}
+	if timeout.Expired(err) {
+		return &statusError{status.New(codes.DeadlineExceeded, err.Error()), err}
+	}
+	// The last attempt's own status error, without callguard's wrappers.
+	var se interface{ GRPCStatus() *status.Status }
+	if errors.As(err, &se) {
+		if e, ok := se.(error); ok {
+			return e
+		}
+	}
+	return err
+}

@@ -1,0 +1,45 @@
+// Package grpcmw runs gRPC client calls through a callguard chain: a unary
+// and a stream client interceptor.
+//
+//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout)
+//	conn, _ := grpc.NewClient(target, append(grpcmw.DialOptions(c,
+//		grpcmw.Idempotent("/pkg.Service/Get")), creds)...)
+//
+// # What is a failure
+//
+// Status codes are classified (see [DefaultClassify]): Unavailable,
+// ResourceExhausted and DeadlineExceeded are failures worth retrying;
+// Internal, Unknown, DataLoss and Aborted are failures not retried; caller
+// errors (InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+// Unauthenticated, FailedPrecondition, OutOfRange, Unimplemented, Canceled)
+// never trip a breaker and are never retried. The caller's own cancellation
+// is neutral. [Classify] overrides the table.
+//
+// # What is retried
+//
+// Only idempotent methods: none by default; name them with [Idempotent], or
+// declare all with [AllIdempotent], or mark one call with
+// [WithIdempotency]. A server's grpc-retry-pushback-ms trailer replaces the
+// backoff wait (negative: do not retry). [WithMaxAttempts] lowers the
+// attempts of one call.
+//
+// grpc-go's own retry (from a service config) runs beneath all
+// interceptors, so its attempts multiply the chain's: [DialOptions] adds
+// grpc.WithDisableRetry. Use it, or disable one of the two yourself.
+//
+// # Errors
+//
+// A breaker rejection is a status error with codes.Unavailable for which
+// errors.Is(err, breaker.ErrOpen) holds; a chain timeout is
+// codes.DeadlineExceeded matching timeout.ErrTimeout; otherwise the caller
+// gets the last attempt's own status error.
+//
+// # Streams
+//
+// The breaker and the timeouts guard a stream's establishment: until its
+// first response message, which must come within the soonest timeout of
+// the chain. A stream is retried only before that first message, and only
+// while the messages it sent fit a bounded buffer ([StreamBuffer]); the
+// breaker learns the stream's final outcome. Fallbacks and opaque policies
+// do not apply to streams.
+package grpcmw

@@ -1,0 +1,339 @@
+package grpcmw_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// server starts a real gRPC server on 127.0.0.1:0 answering every call with
+// answer, and a client whose calls go through c.
+func server(t *testing.T, answer func(n int64, method string) testserver.GRPCAnswer, opts ...grpc.DialOption) (*testserver.GRPC, healthpb.HealthClient) {
+	t.Helper()
+	srv, err := testserver.NewGRPC(answer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Stop)
+	conn, err := srv.Dial(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return srv, healthpb.NewHealthClient(conn)
+}
+
+func always(code codes.Code) func(int64, string) testserver.GRPCAnswer {
+	return func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Code: code} }
+}
+
+func fiveConsecutive() *breaker.Breaker {
+	return must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 3, OpenTimeout: time.Minute}))
+}
+
+func threeAttempts(opts ...retry.Option) *retry.Policy {
+	return must(retry.New(append([]retry.Option{retry.MaxAttempts(3), retry.Constant(time.Millisecond), retry.Jitter(0)}, opts...)...))
+}
+
+func check(ctx context.Context, c healthpb.HealthClient, opts ...grpc.CallOption) error {
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, opts...)
+	return err
+}
+
+// TestSeedC1OverGRPC: the server always answers Unavailable; 12 requests
+// with 3 attempts each; the server counts 15 calls with the retry inside the
+// breaker and 5 with it outside.
+func TestSeedC1OverGRPC(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		outside  bool
+		received int64
+	}{{"breaker wraps retry", false, 15}, {"retry wraps breaker", true, 5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, r := fiveConsecutive(), threeAttempts()
+			order := []chain.Policy{b, r}
+			if tc.outside {
+				order = []chain.Policy{r, b}
+			}
+			c := must(chain.New(order...))
+			srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+			for range 12 {
+				err := check(context.Background(), client)
+				if status.Code(err) != codes.Unavailable {
+					t.Fatalf("got %v, want Unavailable", err)
+				}
+			}
+			if got := srv.Received.Load(); got != tc.received {
+				t.Errorf("server received %d calls, want %d", got, tc.received)
+			}
+		})
+	}
+}
+
+// TestSeedC3OverGRPC: with the breaker open, the default fails at once with
+// codes.Unavailable matching breaker.ErrOpen; RetryWhenOpen waits its backoff.
+func TestSeedC3OverGRPC(t *testing.T) {
+	for _, whenOpen := range []bool{false, true} {
+		var opts []retry.Option
+		if whenOpen {
+			opts = append(opts, retry.RetryWhenOpen())
+		}
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		r := must(retry.New(append([]retry.Option{retry.MaxAttempts(3), retry.Constant(100 * time.Millisecond), retry.Jitter(0)}, opts...)...))
+		c := must(chain.New(r, b))
+		srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+		_ = check(context.Background(), client) // opens the breaker
+		start := time.Now()
+		err := check(context.Background(), client)
+		took := time.Since(start)
+		if status.Code(err) != codes.Unavailable || !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("got %v, want Unavailable matching ErrOpen", err)
+		}
+		if whenOpen && took < 200*time.Millisecond {
+			t.Errorf("RetryWhenOpen: failed after %v, want the 200 ms of waits", took)
+		}
+		if !whenOpen && took > 50*time.Millisecond {
+			t.Errorf("default: failed after %v, want at once", took)
+		}
+		if srv.Received.Load() != 1 {
+			t.Errorf("server received %d calls, want 1", srv.Received.Load())
+		}
+	}
+}
+
+func TestClassification(t *testing.T) {
+	for _, tc := range []struct {
+		code     codes.Code
+		received int64 // for 4 calls, 3 attempts each, retry outside the breaker
+		state    breaker.State
+	}{
+		{codes.NotFound, 4, breaker.StateClosed},
+		{codes.InvalidArgument, 4, breaker.StateClosed},
+		{codes.PermissionDenied, 4, breaker.StateClosed},
+		{codes.Internal, 2, breaker.StateOpen},    // a failure, not retried
+		{codes.Unavailable, 2, breaker.StateOpen}, // retried, trips at 2
+		{codes.DataLoss, 2, breaker.StateOpen},    // a failure, not retried
+		{codes.ResourceExhausted, 2, breaker.StateOpen},
+	} {
+		t.Run(tc.code.String(), func(t *testing.T) {
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: time.Hour}))
+			c := must(chain.New(threeAttempts(), b))
+			srv, client := server(t, always(tc.code), grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+			for range 4 {
+				if err := check(context.Background(), client); status.Code(err) != tc.code && !errors.Is(err, breaker.ErrOpen) {
+					t.Fatalf("got %v, want %v", err, tc.code)
+				}
+			}
+			if srv.Received.Load() != tc.received || b.State() != tc.state {
+				t.Errorf("server received %d, breaker %v; want %d, %v", srv.Received.Load(), b.State(), tc.received, tc.state)
+			}
+		})
+	}
+	// The caller's own cancellation never trips the breaker.
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
+	_, client := server(t, func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} },
+		grpcmw.DialOptions(must(chain.New(b)))...)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := check(ctx, client); status.Code(err) != codes.DeadlineExceeded || b.State() != breaker.StateClosed {
+		t.Errorf("got %v, breaker %v; want the caller's DeadlineExceeded and a closed breaker", err, b.State())
+	}
+}
+
+func TestIdempotency(t *testing.T) {
+	c := must(chain.New(threeAttempts(), must(breaker.New(breaker.Settings{ConsecutiveFailures: 100}))))
+	srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.Idempotent("/other.Service/Get"))...)
+	for _, tc := range []struct {
+		opts []grpc.CallOption
+		want int64
+	}{
+		{nil, 1}, // not declared idempotent: never retried
+		{[]grpc.CallOption{grpcmw.WithIdempotency(true)}, 3},
+		{[]grpc.CallOption{grpcmw.WithIdempotency(true), grpcmw.WithMaxAttempts(2)}, 2},
+	} {
+		before := srv.Received.Load()
+		_ = check(context.Background(), client, tc.opts...)
+		if got := srv.Received.Load() - before; got != tc.want {
+			t.Errorf("%v: %d calls, want %d", tc.opts, got, tc.want)
+		}
+	}
+}
+
+func TestPushback(t *testing.T) {
+	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Millisecond)))))
+	srv, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
+		switch n {
+		case 1:
+			return testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "150"}
+		case 3:
+			return testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "-1"}
+		}
+		return testserver.GRPCAnswer{}
+	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	start := time.Now()
+	if err := check(context.Background(), client); err != nil || time.Since(start) < 150*time.Millisecond {
+		t.Errorf("got %v after %v; want success after the server's 150 ms pushback", err, time.Since(start))
+	}
+	if err := check(context.Background(), client); status.Code(err) != codes.Unavailable || srv.Received.Load() != 3 {
+		t.Errorf("got %v with %d calls; want Unavailable at once on a negative pushback", err, srv.Received.Load())
+	}
+}
+
+// TestServiceConfigRetryMultiplies: grpc-go's own retry runs beneath the
+// interceptors; with both on, 3 × 3 calls reach the server. DialOptions
+// disables grpc-go's.
+func TestServiceConfigRetryMultiplies(t *testing.T) {
+	const serviceConfig = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}],
+		"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+		"backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	newChain := func() *chain.Chain { return must(chain.New(threeAttempts())) }
+	srv, client := server(t, always(codes.Unavailable),
+		grpc.WithDefaultServiceConfig(serviceConfig),
+		grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor(newChain(), grpcmw.AllIdempotent())))
+	_ = check(context.Background(), client)
+	if got := srv.Received.Load(); got != 9 {
+		t.Errorf("both retries on: %d calls, want 9", got)
+	}
+	srv2, client2 := server(t, always(codes.Unavailable),
+		append([]grpc.DialOption{grpc.WithDefaultServiceConfig(serviceConfig)}, grpcmw.DialOptions(newChain(), grpcmw.AllIdempotent())...)...)
+	_ = check(context.Background(), client2)
+	if got := srv2.Received.Load(); got != 3 {
+		t.Errorf("with DialOptions: %d calls, want 3", got)
+	}
+}
+
+func TestPerMethodBreakers(t *testing.T) {
+	built := map[string]*breaker.Breaker{}
+	srv, client := server(t, func(_ int64, method string) testserver.GRPCAnswer {
+		if method == testserver.MethodCheck {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	}, grpcmw.DialOptions(nil, grpcmw.PerMethod(func(method string) (*chain.Chain, error) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		built[method] = b
+		return chain.New(b)
+	}, 10))...)
+	_ = check(context.Background(), client)
+	if err := check(context.Background(), client); !errors.Is(err, breaker.ErrOpen) {
+		t.Fatalf("Check: got %v, want its own breaker open", err)
+	}
+	w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil {
+		t.Errorf("Watch: got %v, want a message: its breaker is its own", err)
+	}
+	for {
+		if _, err := w.Recv(); err != nil {
+			break
+		}
+	}
+	if len(built) != 2 || built[testserver.MethodCheck].State() != breaker.StateOpen || built[testserver.MethodWatch].State() != breaker.StateClosed {
+		t.Errorf("breakers %v", built)
+	}
+	_ = srv
+}
+
+func TestUnaryTimeoutIsDeadlineExceeded(t *testing.T) {
+	c := must(chain.New(must(timeout.New(50 * time.Millisecond))))
+	_, client := server(t, func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} }, grpcmw.DialOptions(c)...)
+	err := check(context.Background(), client)
+	if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, timeout.ErrTimeout) {
+		t.Errorf("got %v, want DeadlineExceeded matching timeout.ErrTimeout", err)
+	}
+}
+
+// TestStreamRetriedBeforeFirstMessage: a server-streaming call that fails
+// with Unavailable before its first message is retried; one that fails
+// after a message is not.
+func TestStreamRetriedBeforeFirstMessage(t *testing.T) {
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
+	c := must(chain.New(threeAttempts(), b, must(timeout.New(time.Second))))
+	srv, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
+		switch n {
+		case 1, 2:
+			return testserver.GRPCAnswer{Code: codes.Unavailable} // before any message
+		case 4:
+			return testserver.GRPCAnswer{Code: codes.Unavailable, FailAfter: 1}
+		}
+		return testserver.GRPCAnswer{}
+	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	recvAll := func() (int, error) {
+		w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for {
+			_, err := w.Recv()
+			if err == io.EOF {
+				return n, nil
+			}
+			if err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	if n, err := recvAll(); err != nil || n != 3 || srv.Received.Load() != 3 {
+		t.Errorf("got %d messages, %v, after %d calls; want 3 messages on the 3rd call", n, err, srv.Received.Load())
+	}
+	if n, err := recvAll(); status.Code(err) != codes.Unavailable || n != 1 || srv.Received.Load() != 4 {
+		t.Errorf("got %d messages, %v, after %d calls; want Unavailable after 1 message, not retried", n, err, srv.Received.Load())
+	}
+	c2 := b.Counts()
+	// Outcomes the breaker learned: 2 failed attempts, 1 stream that ended
+	// well, 1 stream that failed after its first message.
+	if c2.Failures != 3 || c2.Successes != 1 {
+		t.Errorf("breaker counts %+v, want 3 failures and 1 success", c2)
+	}
+}
+
+// TestStreamFirstMessageTimeout: a stream whose first message does not
+// come within the chain's timeout is a failure, and it is retried.
+func TestStreamFirstMessageTimeout(t *testing.T) {
+	c := must(chain.New(threeAttempts(), must(timeout.New(100*time.Millisecond))))
+	srv, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
+		if n == 1 {
+			return testserver.GRPCAnswer{Hang: true}
+		}
+		return testserver.GRPCAnswer{Messages: 2}
+	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := w.Recv(); err != nil {
+			t.Fatalf("got %v, want the retried stream's messages", err)
+		}
+	}
+	if _, err := w.Recv(); err != io.EOF || srv.Received.Load() != 2 {
+		t.Errorf("got %v after %d calls; want EOF after 2 calls", err, srv.Received.Load())
+	}
+}

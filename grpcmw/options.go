@@ -1,0 +1,176 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/keyed"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// Option configures an interceptor.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	chain      *chain.Chain
+	idempotent map[string]bool
+	all        bool
+	classify   func(codes.Code) Class
+	keyOf      func(ctx context.Context, method string, cc *grpc.ClientConn) string
+	build      func(key string) (*chain.Chain, error)
+	maxKeys    int
+	keyed      *keyed.Chains
+	bufMsgs    int
+	bufBytes   int
+	err        error
+}
+
+// Idempotent declares methods, by full name ("/pkg.Service/Method"), safe to
+// retry.
+func Idempotent(methods ...string) Option {
+	return optionFunc(func(c *config) {
+		for _, m := range methods {
+			c.idempotent[m] = true
+		}
+	})
+}
+
+// AllIdempotent declares every method safe to retry.
+func AllIdempotent() Option { return optionFunc(func(c *config) { c.all = true }) }
+
+// Classify replaces [DefaultClassify].
+func Classify(fn func(codes.Code) Class) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.err = errors.New("grpcmw: Classify(nil)")
+		}
+		c.classify = fn
+	})
+}
+
+// PerMethod keeps a chain, with its own breaker state, per method: build
+// makes the chain for a method on its first call; at most maxKeys are kept
+// (the least recently used is dropped). The chain given to the interceptor
+// is then unused and may be nil.
+func PerMethod(build func(method string) (*chain.Chain, error), maxKeys int) Option {
+	return PerKey(func(_ context.Context, method string, _ *grpc.ClientConn) string { return method }, build, maxKeys)
+}
+
+// PerTarget keeps a chain per connection target (cc.Target()).
+func PerTarget(build func(target string) (*chain.Chain, error), maxKeys int) Option {
+	return PerKey(func(_ context.Context, _ string, cc *grpc.ClientConn) string {
+		if cc == nil {
+			return ""
+		}
+		return cc.Target()
+	}, build, maxKeys)
+}
+
+// PerKey keeps a chain per key computed by key.
+func PerKey(key func(ctx context.Context, method string, cc *grpc.ClientConn) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return optionFunc(func(c *config) {
+		if key == nil {
+			c.err = errors.New("grpcmw: PerKey needs a key function")
+		}
+		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
+	})
+}
+
+// StreamBuffer bounds what a stream keeps to replay on a retry: at most
+// msgs messages and bytes bytes (of proto messages); past either, the stream
+// is no longer retried. Default 16 messages, 64 KiB.
+func StreamBuffer(msgs, bytes int) Option {
+	return optionFunc(func(c *config) {
+		if msgs < 0 || bytes < 0 {
+			c.err = fmt.Errorf("grpcmw: StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
+		}
+		c.bufMsgs, c.bufBytes = msgs, bytes
+	})
+}
+
+func newConfig(c *chain.Chain, opts []Option) *config {
+	cfg := &config{chain: c, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
+	for _, o := range opts {
+		if o == nil {
+			cfg.err = errors.New("grpcmw: nil Option")
+			continue
+		}
+		o.apply(cfg)
+	}
+	if cfg.err == nil && cfg.keyOf != nil {
+		cfg.keyed, cfg.err = keyed.New(cfg.build, cfg.maxKeys)
+		if cfg.err != nil {
+			cfg.err = fmt.Errorf("grpcmw: PerKey: %w", cfg.err)
+		}
+	}
+	if cfg.err == nil && cfg.keyed == nil && c == nil {
+		cfg.err = errors.New("grpcmw: nil chain (and no PerKey, PerMethod or PerTarget)")
+	}
+	return cfg
+}
+
+func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientConn) (*chain.Chain, error) {
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	if cfg.keyed == nil {
+		return cfg.chain, nil
+	}
+	return cfg.keyed.Get(cfg.keyOf(ctx, method, cc))
+}
+
+// callSettings reads the per-call options.
+func (cfg *config) callSettings(method string, opts []grpc.CallOption) (idempotent bool, maxAttempts int) {
+	idempotent = cfg.all || cfg.idempotent[method]
+	for _, o := range opts {
+		switch o := o.(type) {
+		case IdempotencyOption:
+			idempotent = o.Idempotent
+		case MaxAttemptsOption:
+			maxAttempts = o.Attempts
+		}
+	}
+	return idempotent, maxAttempts
+}
+
+// IdempotencyOption is a grpc.CallOption that marks one call as safe (or not)
+// to retry. Make one with [WithIdempotency].
+type IdempotencyOption struct {
+	grpc.EmptyCallOption
+	Idempotent bool
+}
+
+// WithIdempotency marks this call as safe to retry, or not, whatever the
+// interceptor's options say.
+func WithIdempotency(idempotent bool) grpc.CallOption {
+	return IdempotencyOption{Idempotent: idempotent}
+}
+
+// MaxAttemptsOption is a grpc.CallOption that caps one call's attempts. Make
+// one with [WithMaxAttempts].
+type MaxAttemptsOption struct {
+	grpc.EmptyCallOption
+	Attempts int
+}
+
+// WithMaxAttempts caps this call's attempts, counting the first; it can lower
+// the chain's retry, not raise it.
+func WithMaxAttempts(n int) grpc.CallOption { return MaxAttemptsOption{Attempts: n} }
+
+// DialOptions returns the dial options that put c on a connection: both
+// interceptors, and grpc.WithDisableRetry so that grpc-go's own retry does
+// not multiply the chain's attempts.
+func DialOptions(c *chain.Chain, opts ...Option) []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(c, opts...)),
+		grpc.WithChainStreamInterceptor(StreamClientInterceptor(c, opts...)),
+		grpc.WithDisableRetry(),
+	}
+}

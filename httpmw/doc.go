@@ -1,0 +1,38 @@
+// Package httpmw runs HTTP client requests through a callguard chain, as an
+// http.RoundTripper:
+//
+//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout)
+//	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
+//
+// It keeps the RoundTripper contract: the caller's request is never
+// modified (each attempt sends a clone), its body is always closed, and
+// every response it discards is drained (up to a bound) and closed.
+//
+// # What is a failure
+//
+// Transport errors, 5xx and 429 are failures; other statuses, 4xx included,
+// are answers from a healthy server and count as successes ([FailureIf]
+// overrides). When retries end on a failing status, the caller gets that
+// last response, as a normal response, not an error.
+//
+// # What is retried
+//
+// Only idempotent requests: GET, HEAD, OPTIONS, TRACE, PUT and DELETE, or
+// any request with an Idempotency-Key header ([RetryAll] opts in to the
+// rest). A request with a body is retried only if it has GetBody (as made by
+// http.NewRequest for in-memory bodies), which replays the body byte for
+// byte. Retry-After (seconds or an HTTP date) replaces the backoff wait; a
+// wait past the caller's deadline ends the retries.
+//
+// # Timeouts and bodies
+//
+// An attempt timeout in the chain bounds the whole exchange, body included:
+// the attempt's context is canceled when the returned body is closed, not
+// when RoundTrip returns.
+//
+// # Per host
+//
+// [PerHost] keeps a chain, hence breaker state, per host, bounded in number;
+// [PerKey] takes any key. [OnOpen] can answer a request the breaker rejects
+// (a stale cache, a default body).
+package httpmw

@@ -1,0 +1,433 @@
+package httpmw_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func always(status int) func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+	return func(int64, *http.Request, []byte) testserver.HTTPAnswer { return testserver.HTTPAnswer{Status: status} }
+}
+
+// newServer starts a loopback server, and a client through c with its own
+// base transport (closed at the end, so that goleak sees no idle conns).
+func newServer(t *testing.T, answer func(int64, *http.Request, []byte) testserver.HTTPAnswer, c *chain.Chain, opts ...httpmw.Option) (*testserver.HTTP, *http.Client, *http.Transport) {
+	t.Helper()
+	srv := testserver.NewHTTP(answer)
+	t.Cleanup(srv.Close)
+	base := &http.Transport{MaxIdleConnsPerHost: 16}
+	t.Cleanup(base.CloseIdleConnections)
+	return srv, &http.Client{Transport: httpmw.NewTransport(base, c, opts...)}, base
+}
+
+func threeAttempts(opts ...retry.Option) *retry.Policy {
+	return must(retry.New(append([]retry.Option{retry.MaxAttempts(3), retry.Constant(time.Millisecond), retry.Jitter(0)}, opts...)...))
+}
+
+func get(t *testing.T, client *http.Client, url string) (*http.Response, error) {
+	t.Helper()
+	resp, err := client.Get(url)
+	if err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	return resp, err
+}
+
+// TestSeedC1OverHTTP: the server always answers 503; 12 requests, 3
+// attempts; 15 calls with the retry inside the breaker, 5 outside. The
+// caller gets the last 503 as a response, or the breaker's rejection.
+func TestSeedC1OverHTTP(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		outside  bool
+		received int64
+	}{{"breaker wraps retry", false, 15}, {"retry wraps breaker", true, 5}} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Minute}))
+			order := []chain.Policy{b, threeAttempts()}
+			if tc.outside {
+				order = []chain.Policy{threeAttempts(), b}
+			}
+			srv, client, _ := newServer(t, always(503), must(chain.New(order...)))
+			for range 12 {
+				resp, err := get(t, client, srv.URL)
+				if (err == nil && resp.StatusCode != 503) || (err != nil && !errors.Is(err, breaker.ErrOpen)) {
+					t.Fatalf("got %v, %v; want the 503 or ErrOpen", resp, err)
+				}
+			}
+			if got := srv.Received.Load(); got != tc.received {
+				t.Errorf("server received %d requests, want %d", got, tc.received)
+			}
+		})
+	}
+}
+
+// TestSeedC3OverHTTP: the breaker open, the default fails at once;
+// RetryWhenOpen waits its backoff.
+func TestSeedC3OverHTTP(t *testing.T) {
+	for _, whenOpen := range []bool{false, true} {
+		opts := []retry.Option{retry.MaxAttempts(3), retry.Constant(100 * time.Millisecond), retry.Jitter(0)}
+		if whenOpen {
+			opts = append(opts, retry.RetryWhenOpen())
+		}
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		srv, client, _ := newServer(t, always(503), must(chain.New(must(retry.New(opts...)), b)))
+		_, _ = get(t, client, srv.URL) // 503 then open
+		start := time.Now()
+		_, err := get(t, client, srv.URL)
+		took := time.Since(start)
+		if !errors.Is(err, breaker.ErrOpen) {
+			t.Fatalf("got %v, want ErrOpen", err)
+		}
+		if whenOpen && took < 200*time.Millisecond || !whenOpen && took > 50*time.Millisecond {
+			t.Errorf("RetryWhenOpen=%t: failed after %v", whenOpen, took)
+		}
+	}
+}
+
+func TestClassification(t *testing.T) {
+	for _, tc := range []struct {
+		status   int
+		received int64 // 4 requests, 3 attempts, breaker trips on 2 failures
+		state    breaker.State
+	}{
+		{404, 4, breaker.StateClosed},
+		{400, 4, breaker.StateClosed},
+		{500, 2, breaker.StateOpen},
+		{503, 2, breaker.StateOpen},
+		{429, 2, breaker.StateOpen},
+	} {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: time.Hour}))
+		srv, client, _ := newServer(t, always(tc.status), must(chain.New(threeAttempts(), b)))
+		for range 4 {
+			_, _ = get(t, client, srv.URL)
+		}
+		if srv.Received.Load() != tc.received || b.State() != tc.state {
+			t.Errorf("%d: server received %d, breaker %v; want %d, %v", tc.status, srv.Received.Load(), b.State(), tc.received, tc.state)
+		}
+	}
+}
+
+func TestLastStatusIsAResponse(t *testing.T) {
+	srv, client, _ := newServer(t, func(n int64, _ *http.Request, _ []byte) testserver.HTTPAnswer {
+		return testserver.HTTPAnswer{Status: 503, Body: fmt.Sprintf("attempt %d", n)}
+	}, must(chain.New(threeAttempts())))
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || string(body) != "attempt 3" || srv.Received.Load() != 3 {
+		t.Errorf("got %d %q after %d requests, want the 3rd attempt's 503", resp.StatusCode, body, srv.Received.Load())
+	}
+}
+
+func TestNonIdempotentNotRetried(t *testing.T) {
+	srv, client, base := newServer(t, always(503), must(chain.New(threeAttempts())))
+	post := func(key string, c *http.Client) int64 {
+		before := srv.Received.Load()
+		req := must(http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x")))
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return srv.Received.Load() - before
+	}
+	if n := post("", client); n != 1 {
+		t.Errorf("POST: %d attempts, want 1", n)
+	}
+	if n := post("k1", client); n != 3 {
+		t.Errorf("POST with Idempotency-Key: %d attempts, want 3", n)
+	}
+	all := &http.Client{Transport: httpmw.NewTransport(base, must(chain.New(threeAttempts())), httpmw.RetryAll())}
+	if n := post("", all); n != 3 {
+		t.Errorf("POST with RetryAll: %d attempts, want 3", n)
+	}
+	// A body without GetBody cannot be replayed: no retry.
+	before := srv.Received.Load()
+	req := must(http.NewRequest(http.MethodPut, srv.URL, io.NopCloser(strings.NewReader("x"))))
+	resp, err := client.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	if n := srv.Received.Load() - before; n != 1 {
+		t.Errorf("PUT without GetBody: %d attempts, want 1", n)
+	}
+}
+
+// TestReplayedBodies: 1,000 POSTs with an Idempotency-Key, each failing
+// once; the server checks that the retried body equals the first, byte for
+// byte.
+func TestReplayedBodies(t *testing.T) {
+	var mu sync.Mutex
+	first := map[string][]byte{}
+	var mismatches atomic.Int64
+	srv, client, _ := newServer(t, func(_ int64, r *http.Request, body []byte) testserver.HTTPAnswer {
+		key := r.Header.Get("Idempotency-Key")
+		mu.Lock()
+		defer mu.Unlock()
+		if prev, ok := first[key]; ok {
+			if !bytes.Equal(prev, body) {
+				mismatches.Add(1)
+			}
+			return testserver.HTTPAnswer{Status: 201}
+		}
+		first[key] = body
+		return testserver.HTTPAnswer{Status: 503}
+	}, must(chain.New(threeAttempts())))
+	for i := range 1000 {
+		payload := bytes.Repeat([]byte{byte(i)}, 1+i*7%4096)
+		req := must(http.NewRequest(http.MethodPost, srv.URL, bytes.NewReader(payload)))
+		req.Header.Set("Idempotency-Key", fmt.Sprint("key-", i))
+		resp, err := client.Do(req)
+		if err != nil || resp.StatusCode != 201 {
+			t.Fatalf("request %d: %v %v", i, resp, err)
+		}
+		resp.Body.Close()
+	}
+	if mismatches.Load() != 0 || srv.Received.Load() != 2000 {
+		t.Errorf("%d bodies differed, %d requests; want 0 and 2000", mismatches.Load(), srv.Received.Load())
+	}
+}
+
+// countingTransport counts the response bodies it hands out and closes.
+type countingTransport struct {
+	base           http.RoundTripper
+	opened, closed atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(r)
+	if err == nil {
+		c.opened.Add(1)
+		resp.Body = &countingBody{ReadCloser: resp.Body, closed: &c.closed}
+	}
+	return resp, err
+}
+
+type countingBody struct {
+	io.ReadCloser
+	closed *atomic.Int64
+	once   sync.Once
+}
+
+func (b *countingBody) Close() error {
+	b.once.Do(func() { b.closed.Add(1) })
+	return b.ReadCloser.Close()
+}
+
+// TestDiscardedBodiesClosed: 10,000 requests, each retried once after a 503
+// with a body; every body the transport discarded is closed, connections
+// are reused (the server sees a bounded number), and no goroutine leaks.
+func TestDiscardedBodiesClosed(t *testing.T) {
+	var seen sync.Map
+	srv := testserver.NewHTTP(func(_ int64, r *http.Request, _ []byte) testserver.HTTPAnswer {
+		if _, again := seen.LoadOrStore(r.URL.RawQuery, true); !again {
+			return testserver.HTTPAnswer{Status: 503, Body: strings.Repeat("e", 512)}
+		}
+		return testserver.HTTPAnswer{Body: "ok"}
+	})
+	defer srv.Close()
+	base := &http.Transport{MaxIdleConnsPerHost: 4}
+	defer base.CloseIdleConnections()
+	counting := &countingTransport{base: base}
+	client := &http.Client{Transport: httpmw.NewTransport(counting, must(chain.New(threeAttempts())))}
+	const requests = 10000
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range requests / 4 {
+				resp, err := client.Get(fmt.Sprintf("%s/?w=%d&i=%d", srv.URL, w, i))
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Fatalf("%d requests failed", failed.Load())
+	}
+	if o, c := counting.opened.Load(), counting.closed.Load(); o != 2*requests || c != o {
+		t.Errorf("%d bodies handed out, %d closed; want %d, all closed", o, c, 2*requests)
+	}
+	if conns := srv.Connections.Load(); conns > 8 {
+		t.Errorf("the server saw %d connections for %d requests: discarded bodies kept connections from reuse", conns, 2*requests)
+	}
+	t.Logf("%d requests, %d bodies closed, %d connections", 2*requests, counting.closed.Load(), srv.Connections.Load())
+}
+
+func TestCallerGivesUp(t *testing.T) {
+	srv, client, _ := newServer(t, always(503), must(chain.New(threeAttempts(retry.Constant(10*time.Second)))))
+	// A deadline shorter than the next wait: returns at once with the 503.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	resp, err := client.Do(must(http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)))
+	if err != nil || resp.StatusCode != 503 || time.Since(start) > 100*time.Millisecond {
+		t.Errorf("got %v, %v after %v; want the 503 at once", resp, err, time.Since(start))
+	}
+	if resp != nil {
+		resp.Body.Close()
+	}
+	// Cancellation mid-wait returns at once.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() { time.Sleep(100 * time.Millisecond); cancel2() }()
+	start = time.Now()
+	_, err = client.Do(must(http.NewRequestWithContext(ctx2, http.MethodGet, srv.URL, nil)))
+	if !errors.Is(err, context.Canceled) || time.Since(start) > time.Second {
+		t.Errorf("got %v after %v; want context.Canceled soon after 100 ms", err, time.Since(start))
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	for _, date := range []bool{false, true} {
+		value := "1"
+		srv, client, _ := newServer(t, func(n int64, _ *http.Request, _ []byte) testserver.HTTPAnswer {
+			if n == 1 {
+				if date {
+					value = time.Now().Add(1500 * time.Millisecond).UTC().Format(http.TimeFormat)
+				}
+				return testserver.HTTPAnswer{Status: 503, RetryAfter: value}
+			}
+			return testserver.HTTPAnswer{}
+		}, must(chain.New(threeAttempts())))
+		start := time.Now()
+		resp, err := get(t, client, srv.URL)
+		if err != nil || resp.StatusCode != 200 || time.Since(start) < 500*time.Millisecond {
+			t.Errorf("Retry-After %q: got %v, %v after %v; want 200 after the server's wait", value, resp, err, time.Since(start))
+		}
+	}
+}
+
+// TestRequestUntouched: the caller's request is not modified, and its body
+// is closed even when the breaker rejects it before any attempt.
+func TestRequestUntouched(t *testing.T) {
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+	srv, client, _ := newServer(t, always(503), must(chain.New(threeAttempts(), b, must(timeout.New(time.Second)))))
+	req := must(http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("payload")))
+	req.Header.Set("X-Test", "1")
+	ctx := req.Context()
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if req.Context() != ctx || len(req.Header) != 1 || req.Header.Get("X-Test") != "1" || req.URL.String() != srv.URL {
+		t.Errorf("request modified: %+v", req)
+	}
+	closed := false
+	body := &closeSpy{Reader: strings.NewReader("x"), closed: &closed}
+	req2 := must(http.NewRequest(http.MethodPut, srv.URL, body))
+	if _, err := client.Transport.RoundTrip(req2); !errors.Is(err, breaker.ErrOpen) || !closed {
+		t.Errorf("got %v, body closed %t; want ErrOpen and the body closed", err, closed)
+	}
+}
+
+type closeSpy struct {
+	io.Reader
+	closed *bool
+}
+
+func (c *closeSpy) Close() error { *c.closed = true; return nil }
+
+// TestAttemptContextLivesUntilBodyClosed: with an attempt timeout, the body
+// arrives after RoundTrip returned and is still readable.
+func TestAttemptContextLivesUntilBodyClosed(t *testing.T) {
+	srv, client, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+		return testserver.HTTPAnswer{Body: "late body", BodyDelay: 100 * time.Millisecond}
+	}, must(chain.New(must(timeout.New(5*time.Second)))))
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || string(body) != "late body" {
+		t.Errorf("body %q, %v; want it whole", body, err)
+	}
+	// And the attempt timeout still bounds the body.
+	srv2, client2, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+		return testserver.HTTPAnswer{Body: "too late", BodyDelay: time.Second}
+	}, must(chain.New(must(timeout.New(200*time.Millisecond)))))
+	resp, err = client2.Get(srv2.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Error("a body slower than the attempt timeout was read whole")
+	}
+}
+
+func TestPerHostAndOnOpen(t *testing.T) {
+	bad := testserver.NewHTTP(always(503))
+	defer bad.Close()
+	good := testserver.NewHTTP(always(200))
+	defer good.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	breakers := map[string]*breaker.Breaker{}
+	client := &http.Client{Transport: httpmw.NewTransport(base, nil,
+		httpmw.PerHost(func(host string) (*chain.Chain, error) {
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+			breakers[host] = b
+			return chain.New(b)
+		}, 16),
+		httpmw.OnOpen(func(req *http.Request, err error) (*http.Response, error) {
+			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("stale")), Request: req}, nil
+		}))}
+	_, _ = get(t, client, bad.URL) // opens bad's breaker
+	resp, err := client.Get(bad.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "stale" {
+		t.Errorf("open breaker: body %q, want the fallback's", body)
+	}
+	if resp, err := get(t, client, good.URL); err != nil || resp.StatusCode != 200 {
+		t.Errorf("other host: %v %v", resp, err)
+	}
+	if len(breakers) != 2 || bad.Received.Load() != 1 {
+		t.Errorf("%d breakers, bad host received %d; want 2 and 1", len(breakers), bad.Received.Load())
+	}
+}

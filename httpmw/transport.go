@@ -1,0 +1,283 @@
+package httpmw
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/keyed"
+	"github.com/callguard/callguard/retry"
+)
+
+// Option configures a transport.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	chain     *chain.Chain
+	retryAll  bool
+	failure   func(*http.Response, error) bool
+	onOpen    func(*http.Request, error) (*http.Response, error)
+	keyOf     func(*http.Request) string
+	build     func(string) (*chain.Chain, error)
+	maxKeys   int
+	keyed     *keyed.Chains
+	drainUpTo int64
+	err       error
+}
+
+// RetryAll lets non-idempotent requests (POST, PATCH, … without an
+// Idempotency-Key) be retried too.
+func RetryAll() Option { return optionFunc(func(c *config) { c.retryAll = true }) }
+
+// FailureIf replaces the default classification (transport errors, 5xx and
+// 429 are failures). It is called with the response or the transport error.
+func FailureIf(fn func(resp *http.Response, err error) bool) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.err = errors.New("httpmw: FailureIf(nil)")
+		}
+		c.failure = fn
+	})
+}
+
+// OnOpen answers a request that the breaker rejects before any attempt
+// reached the server, for example from a stale cache. Its result is
+// RoundTrip's result.
+func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Option {
+	return optionFunc(func(c *config) { c.onOpen = fn })
+}
+
+// PerHost keeps a chain, with its own breaker state, per request host
+// (req.URL.Host): build makes a host's chain on its first request; at most
+// maxHosts are kept, the least recently used dropped first. The chain given
+// to NewTransport is then unused and may be nil.
+func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option {
+	return PerKey(func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
+}
+
+// PerKey keeps a chain per key computed from the request.
+func PerKey(key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return optionFunc(func(c *config) {
+		if key == nil {
+			c.err = errors.New("httpmw: PerKey needs a key function")
+		}
+		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
+	})
+}
+
+// DrainUpTo sets how much of a discarded response body is read before it is
+// closed, so that its connection can be reused (default 64 KiB).
+func DrainUpTo(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.err = fmt.Errorf("httpmw: DrainUpTo(%d): must be >= 0", n)
+		}
+		c.drainUpTo = n
+	})
+}
+
+// DefaultFailure is the default classification: a transport error, a 5xx
+// or a 429.
+func DefaultFailure(resp *http.Response, err error) bool {
+	return err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+}
+
+// NewTransport returns a RoundTripper that sends each request through c to
+// base (http.DefaultTransport if nil). It is safe for concurrent use.
+func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	cfg := &config{chain: c, failure: DefaultFailure, drainUpTo: 64 << 10}
+	for _, o := range opts {
+		if o == nil {
+			cfg.err = errors.New("httpmw: nil Option")
+			continue
+		}
+		o.apply(cfg)
+	}
+	if cfg.err == nil && cfg.keyOf != nil {
+		cfg.keyed, cfg.err = keyed.New(cfg.build, cfg.maxKeys)
+		if cfg.err != nil {
+			cfg.err = fmt.Errorf("httpmw: PerKey: %w", cfg.err)
+		}
+	}
+	if cfg.err == nil && cfg.keyed == nil && c == nil {
+		cfg.err = errors.New("httpmw: nil chain (and no PerHost or PerKey)")
+	}
+	return &transport{base: base, cfg: cfg}
+}
+
+type transport struct {
+	base http.RoundTripper
+	cfg  *config
+}
+
+// StatusError is the error the chain's policies see for a failing status.
+// The caller does not get it: it gets the response.
+type StatusError struct {
+	StatusCode int
+}
+
+func (e *StatusError) Error() string {
+	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
+}
+
+var idempotentMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
+	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
+}
+
+func (t *transport) retryable(req *http.Request) bool {
+	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+		return false // the body cannot be replayed
+	}
+	if t.cfg.retryAll || req.Header.Get("Idempotency-Key") != "" {
+		return true
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	return idempotentMethods[method]
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	c, err := t.chainFor(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	mayRetry := t.retryable(req)
+	ctx, holder := chain.WithHolder(req.Context())
+	var (
+		last        *http.Response
+		lastRelease func()
+		attempts    int
+	)
+	discard := func() {
+		if last != nil {
+			drainClose(last.Body, t.cfg.drainUpTo)
+			lastRelease()
+			last = nil
+		}
+	}
+	err = c.Do(ctx, func(actx context.Context) error {
+		attempts++
+		discard()
+		r := req.Clone(actx)
+		if attempts > 1 && req.GetBody != nil {
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", gerr))
+			}
+			r.Body = body
+		}
+		resp, rerr := t.base.RoundTrip(r)
+		if rerr != nil {
+			if t.cfg.failure(nil, rerr) {
+				return permanentUnless(mayRetry, rerr)
+			}
+			return breaker.NotFailure(retry.Permanent(rerr))
+		}
+		last, lastRelease = resp, holder.Hold()
+		if !t.cfg.failure(resp, nil) {
+			return nil
+		}
+		se := &StatusError{StatusCode: resp.StatusCode}
+		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+			return permanentUnless(mayRetry, retry.After(se, d))
+		}
+		return permanentUnless(mayRetry, se)
+	})
+	if attempts == 0 {
+		closeBody(req) // rejected before any attempt: the body is still ours to close
+	}
+	if cerr := req.Context().Err(); cerr != nil && err != nil {
+		discard() // the caller gave up: it gets its context's error, as from net/http
+		return nil, err
+	}
+	if last != nil {
+		// Success, or retries that ended on a status: the caller gets the
+		// last response; its attempt context lives until its body is closed.
+		last.Body = &releasingBody{ReadCloser: last.Body, release: lastRelease}
+		return last, nil
+	}
+	if attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
+		return t.cfg.onOpen(req, err)
+	}
+	if err == nil {
+		err = errors.New("httpmw: no response") // a chain that never called
+	}
+	return nil, err
+}
+
+func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
+	if t.cfg.err != nil {
+		return nil, t.cfg.err
+	}
+	if t.cfg.keyed == nil {
+		return t.cfg.chain, nil
+	}
+	return t.cfg.keyed.Get(t.cfg.keyOf(req))
+}
+
+func permanentUnless(mayRetry bool, err error) error {
+	if mayRetry {
+		return err
+	}
+	return retry.Permanent(err)
+}
+
+// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
+func retryAfter(v string) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil {
+		if s < 0 {
+			return 0, false
+		}
+		return time.Duration(s) * time.Second, true
+	}
+	if at, err := http.ParseTime(v); err == nil {
+		return max(time.Until(at), 0), true
+	}
+	return 0, false
+}
+
+func closeBody(req *http.Request) {
+	if req.Body != nil {
+		_ = req.Body.Close()
+	}
+}
+
+func drainClose(body io.ReadCloser, upTo int64) {
+	_, _ = io.CopyN(io.Discard, body, upTo)
+	_ = body.Close()
+}
+
+// releasingBody releases the attempt's context when the body is closed.
+type releasingBody struct {
+	io.ReadCloser
+	release func()
+	once    sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.release)
+	return err
+}

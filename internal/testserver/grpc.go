@@ -1,0 +1,141 @@
+package testserver
+
+import (
+	"context"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+)
+
+// The full method names the server serves.
+const (
+	MethodCheck = "/grpc.health.v1.Health/Check" // unary
+	MethodWatch = "/grpc.health.v1.Health/Watch" // server-streaming
+)
+
+// GRPCAnswer says how the gRPC server answers one call.
+type GRPCAnswer struct {
+	Code       codes.Code    // OK: succeed
+	Delay      time.Duration // before answering (a stream: before each message)
+	Hang       bool          // until the client gives up
+	PushbackMs string        // a grpc-retry-pushback-ms trailer
+	Messages   int           // a stream: messages to send (0: 3)
+	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
+}
+
+// GRPC is a gRPC server of the health service.
+type GRPC struct {
+	Addr     string // host:port for a TCP server, "bufconn" otherwise
+	Received atomic.Int64
+	srv      *grpc.Server
+	lis      *bufconn.Listener
+	answer   func(n int64, method string) GRPCAnswer
+}
+
+// NewGRPC starts a server on 127.0.0.1:0 that answers the n-th call (from
+// 1, Check and Watch counted together) as answer says.
+func NewGRPC(answer func(n int64, method string) GRPCAnswer) (*GRPC, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	s := &GRPC{Addr: lis.Addr().String(), answer: answer}
+	s.start(lis)
+	return s, nil
+}
+
+// NewGRPCBufconn starts the server on an in-memory listener, for tests in
+// virtual time (testing/synctest).
+func NewGRPCBufconn(answer func(n int64, method string) GRPCAnswer) *GRPC {
+	s := &GRPC{Addr: "bufconn", answer: answer, lis: bufconn.Listen(1 << 20)}
+	s.start(s.lis)
+	return s
+}
+
+func (s *GRPC) start(lis net.Listener) {
+	s.srv = grpc.NewServer()
+	healthpb.RegisterHealthServer(s.srv, &health{s: s})
+	go func() { _ = s.srv.Serve(lis) }()
+}
+
+// Dial opens a client connection to the server with opts.
+func (s *GRPC) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
+	opts = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...)
+	if s.lis != nil {
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			return s.lis.DialContext(ctx)
+		}))
+		return grpc.NewClient("passthrough:///bufconn", opts...)
+	}
+	return grpc.NewClient("passthrough:///"+s.Addr, opts...)
+}
+
+// Stop stops the server at once.
+func (s *GRPC) Stop() { s.srv.Stop() }
+
+type health struct {
+	healthpb.UnimplementedHealthServer
+	s *GRPC
+}
+
+func (h *health) answer(ctx context.Context, method string) (GRPCAnswer, error) {
+	a := h.s.answer(h.s.Received.Add(1), method)
+	if a.Hang {
+		<-ctx.Done()
+		return a, status.FromContextError(ctx.Err()).Err()
+	}
+	if a.PushbackMs != "" {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", a.PushbackMs))
+	}
+	return a, nil
+}
+
+func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	a, err := h.answer(ctx, MethodCheck)
+	if err != nil {
+		return nil, err
+	}
+	if !sleep(ctx, a.Delay) {
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	if a.Code != codes.OK {
+		return nil, status.Error(a.Code, "testserver: "+a.Code.String())
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+func (h *health) Watch(_ *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx := stream.Context()
+	a, err := h.answer(ctx, MethodWatch)
+	if err != nil {
+		return err
+	}
+	msgs := a.Messages
+	if msgs == 0 {
+		msgs = 3
+	}
+	for i := range msgs {
+		if a.Code != codes.OK && i == a.FailAfter {
+			return status.Error(a.Code, "testserver: "+a.Code.String()+" after "+strconv.Itoa(i)+" messages")
+		}
+		if !sleep(ctx, a.Delay) {
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if err := stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
+			return err
+		}
+	}
+	if a.Code != codes.OK && a.FailAfter >= msgs {
+		return status.Error(a.Code, "testserver: "+a.Code.String())
+	}
+	return nil
+}
