@@ -99,9 +99,16 @@ func (e *statusError) GRPCStatus() *status.Status { return e.st }
 func (e *statusError) Unwrap() error              { return e.err }
 
 // toStatus maps the chain's result to what a gRPC caller expects.
-func toStatus(err error) error {
+func toStatus(callerCtx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if cerr := callerCtx.Err(); cerr != nil {
+		var se interface{ GRPCStatus() *status.Status }
+		if !errors.As(err, &se) || se.GRPCStatus().Code() != status.FromContextError(cerr).Code() {
+			// Ended by the caller, during a wait or a rejection: say so.
+			return &statusError{status.FromContextError(cerr), err}
+		}
 	}
 	if errors.Is(err, breaker.ErrOpen) {
 		return &statusError{status.New(codes.Unavailable, err.Error()), err}

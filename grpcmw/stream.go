@@ -69,7 +69,7 @@ func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientIn
 			s.deadline = time.Now().Add(s.plan.overall)
 		}
 		if err := s.run(false, nil, nil); err != nil {
-			return nil, toStatus(err)
+			return nil, toStatus(ctx, err)
 		}
 		s.stopAbandon = context.AfterFunc(ctx, func() {
 			s.mu.Lock()
@@ -293,7 +293,7 @@ func (s *stream) RecvMsg(m any) error {
 	err = s.timedOut(s.cur.Context(), err)
 	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil {
 		s.finishLocked(err)
-		return toStatus(err)
+		return toStatus(s.ctx, err)
 	}
 	// Before the first response, with everything sent: retry.
 	s.endAttemptLocked(err)
@@ -305,7 +305,7 @@ func (s *stream) RecvMsg(m any) error {
 		return io.EOF
 	}
 	s.finishLocked(rerr)
-	return toStatus(rerr)
+	return toStatus(s.ctx, rerr)
 }
 
 func (s *stream) Header() (metadata.MD, error) {

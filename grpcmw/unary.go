@@ -31,6 +31,6 @@ func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInte
 			err := invoker(ctx, method, req, reply, cc, withTrailer...)
 			return cfg.outcome(callerCtx, err, trailer, idempotent && (maxAttempts == 0 || attempts < maxAttempts))
 		})
-		return toStatus(err)
+		return toStatus(ctx, err)
 	}
 }
