@@ -61,6 +61,7 @@ var loopbackProtos = []loopbackProto{
 		{"plain", newHTTPPlain},
 		{"plain-deadline", withDeadline(newHTTPPlain)},
 		{"callguard", newHTTPCallguard},
+		{"callguard-no-timeout", newHTTPCallguardNoTimeout},
 		{"failsafehttp", newHTTPFailsafe},
 		{"retryablehttp", newHTTPRetryablehttp},
 	}},
@@ -68,6 +69,7 @@ var loopbackProtos = []loopbackProto{
 		{"plain", newGRPCPlain},
 		{"plain-deadline", withDeadline(newGRPCPlain)},
 		{"callguard", newGRPCCallguard},
+		{"callguard-no-timeout", newGRPCCallguardNoTimeout},
 		{"failsafe", newGRPCFailsafe},
 		{"grpcmiddleware", newGRPCMiddleware},
 	}},
@@ -252,6 +254,20 @@ func newHTTPCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func(
 	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, fullChain(tb))})
 }
 
+// newHTTPCallguardNoTimeout is retry → breaker without an attempt timeout.
+func newHTTPCallguardNoTimeout(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
+	tr := newBaseTransport()
+	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, noTimeoutChain(tb))})
+}
+
+func noTimeoutChain(tb testing.TB) *chain.Chain {
+	c, err := chain.New(cgRetry(tb), cgBreaker(tb))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
 // httpFailure is httpmw.DefaultFailure: a transport error, a 5xx or a 429.
 // failsafe-go's breaker counts only errors unless told so.
 func httpFailure(resp *http.Response, err error) bool {
@@ -367,6 +383,13 @@ func newGRPCPlain(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 
 func newGRPCCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	return grpcImpl(tb, served, grpcmw.DialOptions(fullChain(tb), grpcmw.AllIdempotent())...)
+}
+
+// newGRPCCallguardNoTimeout is retry → breaker without an attempt timeout:
+// what callguard's policies cost on their own, without the deadline
+// machinery that impl=plain-deadline measures.
+func newGRPCCallguardNoTimeout(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
+	return grpcImpl(tb, served, grpcmw.DialOptions(noTimeoutChain(tb), grpcmw.AllIdempotent())...)
 }
 
 func newGRPCFailsafe(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {

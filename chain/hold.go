@@ -19,25 +19,41 @@ type Holder struct {
 }
 
 // WithHolder returns a context for [Chain.Do] and the Holder that its
-// attempts can use. The chain finds the Holder only when it makes an attempt
-// context (looking it up costs one ctx.Value).
+// attempts can use (one allocation for both). The chain finds the Holder
+// only when it makes an attempt context (looking it up costs one
+// ctx.Value).
 func WithHolder(ctx context.Context) (context.Context, *Holder) {
-	h := &Holder{}
-	return context.WithValue(ctx, holdKey{}, h), h
+	hc := &holderCtx{Context: ctx}
+	return hc, &hc.h
+}
+
+type holderCtx struct {
+	context.Context
+	h Holder
+}
+
+func (c *holderCtx) Value(key any) any {
+	if key == (holdKey{}) {
+		return &c.h
+	}
+	return c.Context.Value(key)
 }
 
 // Hold, called by the call during an attempt, keeps the attempt's context
 // from being canceled when the call returns. The returned release cancels it
 // and must be called once the result is done with; it is safe to call more
-// than once. Without an attempt context it does nothing.
-func (h *Holder) Hold() (release func()) {
+// than once. Without an attempt context it returns a release that does
+// nothing.
+func (h *Holder) Hold() (release context.CancelFunc) {
 	c := h.cancel
 	if c == nil {
-		return func() {}
+		return noRelease
 	}
 	h.held = true
-	return func() { c() }
+	return c
 }
+
+func noRelease() {}
 
 // begin records the cancellation of a new attempt's context.
 func (h *Holder) begin(cancel context.CancelFunc) {

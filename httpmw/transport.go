@@ -160,68 +160,99 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	mayRetry := t.retryable(req)
+	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
 	ctx, holder := chain.WithHolder(req.Context())
-	var (
-		last        *http.Response
-		lastRelease func()
-		attempts    int
-	)
-	discard := func() {
-		if last != nil {
-			drainClose(last.Body, t.cfg.drainUpTo)
-			lastRelease()
-			last = nil
-		}
-	}
-	err = c.Do(ctx, func(actx context.Context) error {
-		attempts++
-		discard()
-		r := req.Clone(actx)
-		if attempts > 1 && req.GetBody != nil {
-			body, gerr := req.GetBody()
-			if gerr != nil {
-				return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", gerr))
-			}
-			r.Body = body
-		}
-		resp, rerr := t.base.RoundTrip(r)
-		if rerr != nil {
-			if t.cfg.failure(nil, rerr) {
-				return permanentUnless(mayRetry, rerr)
-			}
-			return breaker.NotFailure(retry.Permanent(rerr))
-		}
-		last, lastRelease = resp, holder.Hold()
-		if !t.cfg.failure(resp, nil) {
-			return nil
-		}
-		se := &StatusError{StatusCode: resp.StatusCode}
-		if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-			return permanentUnless(mayRetry, retry.After(se, d))
-		}
-		return permanentUnless(mayRetry, se)
-	})
-	if attempts == 0 {
+	x.holder = holder
+	err = c.Do(ctx, x.attempt)
+	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}
-	if cerr := req.Context().Err(); cerr != nil && err != nil {
-		discard() // the caller gave up: it gets its context's error, as from net/http
+	if req.Context().Err() != nil && err != nil {
+		x.discard() // the caller gave up: it gets its context's error, as from net/http
 		return nil, err
 	}
-	if last != nil {
+	if resp := x.last; resp != nil {
 		// Success, or retries that ended on a status: the caller gets the
 		// last response; its attempt context lives until its body is closed.
-		last.Body = &releasingBody{ReadCloser: last.Body, release: lastRelease}
-		return last, nil
+		x.body = resp.Body
+		resp.Body = x
+		return resp, nil
 	}
-	if attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
+	if x.attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
 		return t.cfg.onOpen(req, err)
 	}
 	if err == nil {
 		err = errors.New("httpmw: no response") // a chain that never called
 	}
 	return nil, err
+}
+
+// exchange is one RoundTrip: its attempts, the last response, and, once
+// returned, that response's body, which releases the attempt's context when
+// closed. One allocation serves all three.
+type exchange struct {
+	t        *transport
+	req      *http.Request
+	mayRetry bool
+	holder   *chain.Holder
+	attempts int
+	last     *http.Response
+	release  context.CancelFunc // of last's attempt context
+
+	body   io.ReadCloser // the returned response's body
+	closed sync.Once
+}
+
+// attempt sends one copy of the request with the attempt's context.
+func (x *exchange) attempt(actx context.Context) error {
+	x.attempts++
+	x.discard()
+	// A shallow copy: the caller's request is never modified, and the base
+	// RoundTripper may not modify the copy either.
+	r := x.req.WithContext(actx)
+	if x.attempts > 1 && x.req.GetBody != nil {
+		body, err := x.req.GetBody()
+		if err != nil {
+			return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err))
+		}
+		r.Body = body
+	}
+	resp, err := x.t.base.RoundTrip(r)
+	cfg := x.t.cfg
+	if err != nil {
+		if cfg.failure(nil, err) {
+			return permanentUnless(x.mayRetry, err)
+		}
+		return breaker.NotFailure(retry.Permanent(err))
+	}
+	x.last, x.release = resp, x.holder.Hold()
+	if !cfg.failure(resp, nil) {
+		return nil
+	}
+	se := &StatusError{StatusCode: resp.StatusCode}
+	if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
+		return permanentUnless(x.mayRetry, retry.After(se, d))
+	}
+	return permanentUnless(x.mayRetry, se)
+}
+
+// discard drains and closes the last response, and releases its context.
+func (x *exchange) discard() {
+	if x.last != nil {
+		drainClose(x.last.Body, x.t.cfg.drainUpTo)
+		x.release()
+		x.last = nil
+	}
+}
+
+// Read and Close make the exchange the returned response's body.
+func (x *exchange) Read(p []byte) (int, error) { return x.body.Read(p) }
+
+// Close closes the body and releases the attempt's context.
+func (x *exchange) Close() error {
+	err := x.body.Close()
+	x.closed.Do(x.release)
+	return err
 }
 
 func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
@@ -267,17 +298,4 @@ func closeBody(req *http.Request) {
 func drainClose(body io.ReadCloser, upTo int64) {
 	_, _ = io.CopyN(io.Discard, body, upTo)
 	_ = body.Close()
-}
-
-// releasingBody releases the attempt's context when the body is closed.
-type releasingBody struct {
-	io.ReadCloser
-	release func()
-	once    sync.Once
-}
-
-func (b *releasingBody) Close() error {
-	err := b.ReadCloser.Close()
-	b.once.Do(b.release)
-	return err
 }
