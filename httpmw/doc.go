@@ -5,8 +5,8 @@
 //	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
 //
 // It keeps the RoundTripper contract: the caller's request is never
-// modified (each attempt sends a shallow copy, req.WithContext, with the
-// attempt's context), its body is always closed, and
+// modified (each attempt sends its own req.Clone, with the attempt's
+// context), its body is always closed, and
 // every response it discards is drained (up to a bound) and closed.
 //
 // # What is a failure

@@ -431,3 +431,38 @@ func TestPerHostAndOnOpen(t *testing.T) {
 		t.Errorf("%d breakers, bad host received %d; want 2 and 1", len(breakers), bad.Received.Load())
 	}
 }
+
+// headerEditor is a base RoundTripper that edits the request it is given,
+// as some do.
+type headerEditor struct{ base http.RoundTripper }
+
+func (h headerEditor) RoundTrip(r *http.Request) (*http.Response, error) {
+	r.Header.Add("X-Edited", "1")
+	return h.base.RoundTrip(r)
+}
+
+// TestEachAttemptGetsItsOwnCopy: a base that edits headers cannot leak the
+// edit into the next attempt or into the caller's request.
+func TestEachAttemptGetsItsOwnCopy(t *testing.T) {
+	var seen []int
+	var mu sync.Mutex
+	srv := testserver.NewHTTP(func(n int64, r *http.Request, _ []byte) testserver.HTTPAnswer {
+		mu.Lock()
+		seen = append(seen, len(r.Header.Values("X-Edited")))
+		mu.Unlock()
+		return testserver.HTTPAnswer{Status: 503}
+	})
+	defer srv.Close()
+	base := &http.Transport{}
+	defer base.CloseIdleConnections()
+	client := &http.Client{Transport: httpmw.NewTransport(headerEditor{base}, must(chain.New(threeAttempts())))}
+	req := must(http.NewRequest(http.MethodGet, srv.URL, nil))
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(seen) != 3 || seen[0] != 1 || seen[1] != 1 || seen[2] != 1 || req.Header.Get("X-Edited") != "" {
+		t.Errorf("X-Edited values per attempt %v, caller's %q; want one each and none", seen, req.Header.Get("X-Edited"))
+	}
+}

@@ -207,9 +207,10 @@ type exchange struct {
 func (x *exchange) attempt(actx context.Context) error {
 	x.attempts++
 	x.discard()
-	// A shallow copy: the caller's request is never modified, and the base
-	// RoundTripper may not modify the copy either.
-	r := x.req.WithContext(actx)
+	// A deep copy per attempt: the caller's request is never modified, and a
+	// base RoundTripper that edits the headers of what it is given cannot
+	// leak those edits into the next attempt.
+	r := x.req.Clone(actx)
 	if x.attempts > 1 && x.req.GetBody != nil {
 		body, err := x.req.GetBody()
 		if err != nil {
