@@ -38,8 +38,9 @@
 //
 // The breaker and the timeouts guard a stream's establishment: until its
 // first response message, which must come within the soonest timeout of
-// the chain. A stream is retried only before that first message, and only
-// while the messages it sent fit a bounded buffer ([StreamBuffer]); the
+// the chain. A stream is retried only before that first message, once the
+// client has closed its send side (server-streaming calls always have), and
+// only while the messages it sent fit a bounded buffer ([StreamBuffer]); the
 // breaker learns the stream's final outcome. Fallbacks and opaque policies
 // do not apply to streams.
 package grpcmw
