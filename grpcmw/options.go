@@ -19,14 +19,13 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	chain      *chain.Chain
 	idempotent map[string]bool
 	all        bool
 	classify   func(codes.Code) Class
 	keyOf      func(ctx context.Context, method string, cc *grpc.ClientConn) string
 	build      func(key string) (*chain.Chain, error)
 	maxKeys    int
-	keyed      *keyed.Chains
+	source     keyed.Source
 	bufMsgs    int
 	bufBytes   int
 	err        error
@@ -96,7 +95,7 @@ func StreamBuffer(msgs, bytes int) Option {
 }
 
 func newConfig(c *chain.Chain, opts []Option) *config {
-	cfg := &config{chain: c, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
+	cfg := &config{idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
 	for _, o := range opts {
 		if o == nil {
 			cfg.err = errors.New("grpcmw: nil Option")
@@ -104,15 +103,7 @@ func newConfig(c *chain.Chain, opts []Option) *config {
 		}
 		o.apply(cfg)
 	}
-	if cfg.err == nil && cfg.keyOf != nil {
-		cfg.keyed, cfg.err = keyed.New(cfg.build, cfg.maxKeys)
-		if cfg.err != nil {
-			cfg.err = fmt.Errorf("grpcmw: PerKey: %w", cfg.err)
-		}
-	}
-	if cfg.err == nil && cfg.keyed == nil && c == nil {
-		cfg.err = errors.New("grpcmw: nil chain (and no PerKey, PerMethod or PerTarget)")
-	}
+	cfg.source = keyed.NewSource("grpcmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys)
 	return cfg
 }
 
@@ -120,10 +111,11 @@ func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientC
 	if cfg.err != nil {
 		return nil, cfg.err
 	}
-	if cfg.keyed == nil {
-		return cfg.chain, nil
+	var key string
+	if cfg.source.PerKey() {
+		key = cfg.keyOf(ctx, method, cc)
 	}
-	return cfg.keyed.Get(cfg.keyOf(ctx, method, cc))
+	return cfg.source.Get(key)
 }
 
 // callSettings reads the per-call options.

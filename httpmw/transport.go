@@ -24,14 +24,13 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	chain     *chain.Chain
 	retryAll  bool
 	failure   func(*http.Response, error) bool
 	onOpen    func(*http.Request, error) (*http.Response, error)
 	keyOf     func(*http.Request) string
 	build     func(string) (*chain.Chain, error)
 	maxKeys   int
-	keyed     *keyed.Chains
+	source    keyed.Source
 	drainUpTo int64
 	err       error
 }
@@ -99,7 +98,7 @@ func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.R
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	cfg := &config{chain: c, failure: DefaultFailure, drainUpTo: 64 << 10}
+	cfg := &config{failure: DefaultFailure, drainUpTo: 64 << 10}
 	for _, o := range opts {
 		if o == nil {
 			cfg.err = errors.New("httpmw: nil Option")
@@ -107,15 +106,7 @@ func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.R
 		}
 		o.apply(cfg)
 	}
-	if cfg.err == nil && cfg.keyOf != nil {
-		cfg.keyed, cfg.err = keyed.New(cfg.build, cfg.maxKeys)
-		if cfg.err != nil {
-			cfg.err = fmt.Errorf("httpmw: PerKey: %w", cfg.err)
-		}
-	}
-	if cfg.err == nil && cfg.keyed == nil && c == nil {
-		cfg.err = errors.New("httpmw: nil chain (and no PerHost or PerKey)")
-	}
+	cfg.source = keyed.NewSource("httpmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys)
 	return &transport{base: base, cfg: cfg}
 }
 
@@ -260,10 +251,11 @@ func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
 	if t.cfg.err != nil {
 		return nil, t.cfg.err
 	}
-	if t.cfg.keyed == nil {
-		return t.cfg.chain, nil
+	var key string
+	if t.cfg.source.PerKey() {
+		key = t.cfg.keyOf(req)
 	}
-	return t.cfg.keyed.Get(t.cfg.keyOf(req))
+	return t.cfg.source.Get(key)
 }
 
 func permanentUnless(mayRetry bool, err error) error {

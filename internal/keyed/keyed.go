@@ -77,3 +77,42 @@ func (k *Chains) Len() int {
 	defer k.mu.Unlock()
 	return k.lru.Len()
 }
+
+// Source is where an adapter finds the chain for a call: one chain, or one
+// per key.
+type Source struct {
+	single *chain.Chain
+	keyed  *Chains
+	err    error
+}
+
+// NewSource returns a Source of the single chain, or, with perKey, of chains
+// built per key; pkg prefixes its errors. An invalid source reports its
+// error on every Get.
+func NewSource(pkg string, single *chain.Chain, perKey bool, build func(string) (*chain.Chain, error), maxKeys int) Source {
+	if !perKey {
+		if single == nil {
+			return Source{err: errors.New(pkg + ": nil chain, and no per-key option")}
+		}
+		return Source{single: single}
+	}
+	k, err := New(build, maxKeys)
+	if err != nil {
+		return Source{err: errors.New(pkg + ": per-key chains: " + err.Error())}
+	}
+	return Source{keyed: k}
+}
+
+// PerKey reports whether the chain depends on a key.
+func (s Source) PerKey() bool { return s.keyed != nil }
+
+// Get returns the chain for key (ignored without per-key chains).
+func (s Source) Get(key string) (*chain.Chain, error) {
+	switch {
+	case s.err != nil:
+		return nil, s.err
+	case s.keyed != nil:
+		return s.keyed.Get(key)
+	}
+	return s.single, nil
+}
