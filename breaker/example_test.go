@@ -72,7 +72,10 @@ func ExampleFromGobreaker() {
 	cb := gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
 		ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 2 },
 	})
-	b := breaker.FromGobreaker(cb)
+	b, err := breaker.FromGobreaker(cb)
+	if err != nil {
+		panic(err)
+	}
 	ctx := context.Background()
 	for range 3 {
 		err := b.Do(ctx, func(context.Context) error { return errors.New("503") })

@@ -96,7 +96,10 @@ func fromGobreakerState(s gobreaker.State) State {
 // IsSuccessful and IsExcluded see the call's error as is, and its
 // OnStateChange is its own. Rejections are mapped to [ErrOpen] and
 // [ErrTooManyProbes]. The returned Breaker's Settings are unknown to
-// callguard, so a chain's lint treats it as opaque.
-func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) *Breaker {
-	return &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}
+// callguard, so a chain's lint treats it as opaque. A nil cb is an error.
+func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
+	if cb == nil {
+		return nil, errors.New("breaker: FromGobreaker(nil): needs a gobreaker breaker")
+	}
+	return &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}, nil
 }

@@ -1,6 +1,7 @@
 package breaker_test
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -71,5 +72,30 @@ func TestDefaults(t *testing.T) {
 	cw, _ := breaker.New(breaker.Settings{FailureRate: 0.1, WindowCalls: 50})
 	if cw.Settings().MinCalls != 50 {
 		t.Errorf("count window MinCalls default = %d, want WindowCalls", cw.Settings().MinCalls)
+	}
+}
+
+func TestFromGobreakerNil(t *testing.T) {
+	if b, err := breaker.FromGobreaker(nil); b != nil || err == nil {
+		t.Errorf("FromGobreaker(nil) = %v, %v; want an error", b, err)
+	}
+}
+
+// TestSuccessPathAllocatesNothing: Do and Allow/Done in closed, on the
+// default settings (a time window) and a count window.
+func TestSuccessPathAllocatesNothing(t *testing.T) {
+	ctx := context.Background()
+	call := func(context.Context) error { return nil }
+	for _, s := range []breaker.Settings{{}, {ConsecutiveFailures: 5}, {FailureRate: 0.1, WindowCalls: 50}} {
+		b, _ := breaker.New(s)
+		if n := testing.AllocsPerRun(1000, func() { _ = b.Do(ctx, call) }); n != 0 {
+			t.Errorf("%v: Do allocates %v", b, n)
+		}
+		if n := testing.AllocsPerRun(1000, func() {
+			p, _ := b.Allow(ctx)
+			p.Done(nil)
+		}); n != 0 {
+			t.Errorf("%v: Allow/Done allocates %v", b, n)
+		}
 	}
 }

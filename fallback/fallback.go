@@ -17,11 +17,13 @@ import (
 )
 
 // Policy answers a failed call with a fallback. It is safe for concurrent
-// use if its function is. Create one with [New].
+// use if its function is. Create one with [New]; the zero value covers
+// nothing and passes every result through.
 type Policy struct {
 	fn   func(ctx context.Context, err error) error
 	when func(ctx context.Context, err error) bool
 	desc string
+	err  error // from an option
 }
 
 // Option configures a [Policy].
@@ -43,6 +45,10 @@ func OnAnyFailure() Option {
 // When makes the fallback cover the errors covers reports true for.
 func When(covers func(error) bool) Option {
 	return optionFunc(func(p *Policy) {
+		if covers == nil {
+			p.err = errors.New("fallback: When(nil): needs a function")
+			return
+		}
 		p.when = func(ctx context.Context, err error) bool { return covers(err) }
 		p.desc = "fallback(custom)"
 	})
@@ -67,13 +73,16 @@ func New(fn func(ctx context.Context, err error) error, opts ...Option) (*Policy
 		}
 		o.apply(p)
 	}
+	if p.err != nil {
+		return nil, p.err
+	}
 	return p, nil
 }
 
 // Covers reports whether err, returned to a caller whose context is ctx,
 // goes to the fallback.
 func (p *Policy) Covers(ctx context.Context, err error) bool {
-	return err != nil && p.when(ctx, err)
+	return err != nil && p.when != nil && p.fn != nil && p.when(ctx, err)
 }
 
 // OnlyOpen reports whether the fallback covers breaker.ErrOpen alone.
@@ -88,9 +97,20 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	return err
 }
 
-// Fallback calls the fallback function for err directly.
-func (p *Policy) Fallback(ctx context.Context, err error) error { return p.fn(ctx, err) }
+// Fallback calls the fallback function for err directly (the zero Policy
+// returns err).
+func (p *Policy) Fallback(ctx context.Context, err error) error {
+	if p.fn == nil {
+		return err
+	}
+	return p.fn(ctx, err)
+}
 
 // String returns "fallback(open)", "fallback(any failure)" or
 // "fallback(custom)".
-func (p *Policy) String() string { return p.desc }
+func (p *Policy) String() string {
+	if p.desc == "" {
+		return "fallback(none)"
+	}
+	return p.desc
+}

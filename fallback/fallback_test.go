@@ -57,3 +57,15 @@ func Example() {
 	fmt.Println(price, err)
 	// Output: last good price: 42 (stale) <nil>
 }
+
+// TestNoRunTimePanics: bad input is refused at construction, and the zero
+// Policy passes results through.
+func TestNoRunTimePanics(t *testing.T) {
+	if p, err := fallback.New(func(context.Context, error) error { return nil }, fallback.When(nil)); p != nil || err == nil {
+		t.Errorf("When(nil): %v, %v; want an error", p, err)
+	}
+	var zero fallback.Policy
+	if err := zero.Do(context.Background(), func(context.Context) error { return errDown }); err != errDown || zero.Covers(context.Background(), errDown) {
+		t.Errorf("zero Policy: %v", err)
+	}
+}

@@ -38,7 +38,8 @@
 //
 // The breaker and the timeouts guard a stream's establishment: until its
 // first response message, which must come within the soonest timeout of
-// the chain. A stream is retried only before that first message, once the
+// the chain once the client has closed its send side (so an upload, or a
+// bidi call still sending, is not cut short). A stream is retried only before that first message, once the
 // client has closed its send side (server-streaming calls always have), and
 // only while the messages it sent fit a bounded buffer ([StreamBuffer]); the
 // breaker learns the stream's final outcome. Fallbacks and opaque policies

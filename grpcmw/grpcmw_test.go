@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/internal/testserver"
 	"github.com/callguard/callguard/retry"
@@ -17,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/status"
 )
 
@@ -335,5 +339,112 @@ func TestStreamFirstMessageTimeout(t *testing.T) {
 	}
 	if _, err := w.Recv(); err != io.EOF || srv.Received.Load() != 2 {
 		t.Errorf("got %v after %d calls; want EOF after 2 calls", err, srv.Received.Load())
+	}
+}
+
+// TestClientStreamingOutcome: a client-streaming call reports its outcome
+// to the breaker when its one response arrives: a successful probe closes a
+// half-open breaker.
+func TestClientStreamingOutcome(t *testing.T) {
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenTimeout: 50 * time.Millisecond}))
+	var fail atomic.Bool
+	fail.Store(true)
+	srv, err := testserver.NewGRPC(func(int64, string) testserver.GRPCAnswer {
+		if fail.Load() {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b)))...))
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+	upload := func() (int32, error) {
+		st, err := client.StreamingInputCall(context.Background())
+		if err != nil {
+			return 0, err
+		}
+		for range 3 {
+			if err := st.Send(&testpb.StreamingInputCallRequest{Payload: &testpb.Payload{Body: make([]byte, 10)}}); err != nil {
+				break
+			}
+		}
+		resp, err := st.CloseAndRecv()
+		return resp.GetAggregatedPayloadSize(), err
+	}
+	if _, err := upload(); status.Code(err) != codes.Unavailable || b.State() != breaker.StateOpen {
+		t.Fatalf("got %v, breaker %v; want Unavailable and open", err, b.State())
+	}
+	fail.Store(false)
+	time.Sleep(60 * time.Millisecond)
+	if n, err := upload(); err != nil || n != 30 {
+		t.Fatalf("probe: %d, %v; want 30 bytes", n, err)
+	}
+	if b.State() != breaker.StateClosed {
+		t.Errorf("breaker %v after a successful client-streaming probe, want closed", b.State())
+	}
+	if n, err := upload(); err != nil || n != 30 {
+		t.Errorf("after closing: %d, %v", n, err)
+	}
+}
+
+// TestBidiSendAndReceiveConcurrently: one goroutine sends while another
+// receives large messages; flow control must not deadlock the stream.
+func TestBidiSendAndReceiveConcurrently(t *testing.T) {
+	c := must(chain.New(threeAttempts(), fiveConsecutive(), must(timeout.New(5*time.Second))))
+	srv, err := testserver.NewGRPC(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	conn := must(srv.Dial(grpcmw.DialOptions(c, grpcmw.AllIdempotent())...))
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := testpb.NewTestServiceClient(conn).FullDuplexCall(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	sendErr := make(chan error, 1)
+	go func() {
+		req := &testpb.StreamingOutputCallRequest{
+			ResponseParameters: []*testpb.ResponseParameters{{Size: 256 << 10}},
+			Payload:            &testpb.Payload{Body: make([]byte, 64<<10)},
+		}
+		for range n {
+			if err := st.Send(req); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- st.CloseSend()
+	}()
+	got := 0
+	for {
+		_, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d responses: %v", got, err)
+		}
+		got++
+	}
+	if err := <-sendErr; err != nil || got != n {
+		t.Errorf("sent: %v; received %d responses, want %d", err, got, n)
+	}
+}
+
+// TestFallbackRefused: a fallback cannot fill a gRPC reply, so a chain with
+// one is refused with an error that says so.
+func TestFallbackRefused(t *testing.T) {
+	fb := must(fallback.New(func(context.Context, error) error { return nil }))
+	srv, client := server(t, always(codes.OK), grpcmw.DialOptions(must(chain.New(fb, fiveConsecutive())))...)
+	if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), "fallback") || srv.Received.Load() != 0 {
+		t.Errorf("got %v after %d calls; want an error about the fallback, and no call", err, srv.Received.Load())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/internal/keyed"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -103,7 +104,7 @@ func newConfig(c *chain.Chain, opts []Option) *config {
 		}
 		o.apply(cfg)
 	}
-	cfg.source = keyed.NewSource("grpcmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys)
+	cfg.source = keyed.NewSource("grpcmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys, noFallback)
 	return cfg
 }
 
@@ -116,6 +117,17 @@ func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientC
 		key = cfg.keyOf(ctx, method, cc)
 	}
 	return cfg.source.Get(key)
+}
+
+// noFallback refuses a chain with a fallback: a fallback cannot fill the
+// caller's gRPC reply, so the call would succeed with an empty message.
+func noFallback(c *chain.Chain) error {
+	for _, p := range c.Policies() {
+		if _, ok := p.(*fallback.Policy); ok {
+			return fmt.Errorf("grpcmw: chain %v has a fallback, which cannot fill a gRPC reply; handle the error instead (errors.Is(err, breaker.ErrOpen))", c)
+		}
+	}
+	return nil
 }
 
 // callSettings reads the per-call options.

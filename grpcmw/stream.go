@@ -147,11 +147,7 @@ func (s *stream) attempt(recv bool, m any) error {
 		permits = append(permits, p)
 	}
 	sctx, cancel := context.WithCancelCause(s.ctx)
-	var timer *time.Timer
-	if d := s.firstTimeout(); d > 0 {
-		timer = time.AfterFunc(d, func() { cancel(&timeout.Error{Timeout: d, Err: errFirstResponse}) })
-	}
-	s.cancel, s.timer, s.permits = cancel, timer, permits
+	s.cancel, s.timer, s.permits = cancel, nil, permits
 	cs, err := s.streamer(sctx, s.desc, s.cc, s.method, s.opts...)
 	if err == nil {
 		s.cur = cs // a failed attempt keeps the last stream, whose calls keep failing
@@ -162,11 +158,15 @@ func (s *stream) attempt(recv bool, m any) error {
 		}
 		if err == nil && s.closedSend {
 			err = cs.CloseSend()
+			s.armLocked()
 		}
 		if err == nil && recv {
 			err = cs.RecvMsg(m)
 			if err == nil {
 				s.gotFirstLocked()
+				if !s.desc.ServerStreams {
+					s.finishLocked(nil)
+				}
 				return nil
 			}
 			if err == io.EOF {
@@ -185,6 +185,19 @@ func (s *stream) attempt(recv bool, m any) error {
 
 // errEOF ends a retry loop on a stream that ended cleanly before any message.
 var errEOF = retry.Permanent(io.EOF)
+
+// armLocked starts the wait for the first response, once the client has
+// sent everything: a long upload or a bidi call still sending is not cut
+// short by the chain's attempt timeout.
+func (s *stream) armLocked() {
+	if s.received || s.timer != nil || s.cancel == nil {
+		return
+	}
+	if d := s.firstTimeout(); d > 0 {
+		cancel := s.cancel
+		s.timer = time.AfterFunc(d, func() { cancel(&timeout.Error{Timeout: d, Err: errFirstResponse}) })
+	}
+}
 
 func (s *stream) firstTimeout() time.Duration {
 	d := s.plan.first
@@ -251,7 +264,6 @@ func (s *stream) finishLocked(err error) {
 
 func (s *stream) SendMsg(m any) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.received && !s.overflow {
 		s.sent = append(s.sent, m)
 		if pm, ok := m.(proto.Message); ok {
@@ -261,14 +273,21 @@ func (s *stream) SendMsg(m any) error {
 			s.overflow, s.sent = true, nil
 		}
 	}
-	return s.cur.SendMsg(m)
+	cur := s.cur
+	s.mu.Unlock()
+	// Not under the lock: a send blocked by flow control must not stop a
+	// receiver on another goroutine. A stream is only replaced after
+	// CloseSend, when no send can be in flight.
+	return cur.SendMsg(m)
 }
 
 func (s *stream) CloseSend() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closedSend = true
-	return s.cur.CloseSend()
+	err := s.cur.CloseSend()
+	s.armLocked()
+	return err
 }
 
 func (s *stream) RecvMsg(m any) error {
@@ -282,6 +301,11 @@ func (s *stream) RecvMsg(m any) error {
 	case err == nil:
 		if first {
 			s.gotFirstLocked()
+		}
+		if !s.desc.ServerStreams {
+			// Unary or client-streaming: this was the one response, and
+			// grpc-go has already checked the end of the stream.
+			s.finishLocked(nil)
 		}
 		return nil
 	case err == io.EOF:

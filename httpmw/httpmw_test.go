@@ -15,6 +15,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/internal/testserver"
 	"github.com/callguard/callguard/retry"
@@ -464,5 +465,18 @@ func TestEachAttemptGetsItsOwnCopy(t *testing.T) {
 	resp.Body.Close()
 	if len(seen) != 3 || seen[0] != 1 || seen[1] != 1 || seen[2] != 1 || req.Header.Get("X-Edited") != "" {
 		t.Errorf("X-Edited values per attempt %v, caller's %q; want one each and none", seen, req.Header.Get("X-Edited"))
+	}
+}
+
+// TestFallbackRefused: a fallback cannot produce a response (OnOpen does),
+// so a chain with one is refused, and the request body is closed.
+func TestFallbackRefused(t *testing.T) {
+	fb := must(fallback.New(func(context.Context, error) error { return nil }))
+	srv, client, _ := newServer(t, always(200), must(chain.New(fb, threeAttempts())))
+	closed := false
+	req := must(http.NewRequest(http.MethodPut, srv.URL, &closeSpy{Reader: strings.NewReader("x"), closed: &closed}))
+	_, err := client.Transport.RoundTrip(req)
+	if err == nil || !strings.Contains(err.Error(), "OnOpen") || !closed || srv.Received.Load() != 0 {
+		t.Errorf("got %v, body closed %t, %d requests; want an error pointing to OnOpen", err, closed, srv.Received.Load())
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/internal/keyed"
 	"github.com/callguard/callguard/retry"
 )
@@ -106,8 +107,19 @@ func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.R
 		}
 		o.apply(cfg)
 	}
-	cfg.source = keyed.NewSource("httpmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys)
+	cfg.source = keyed.NewSource("httpmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys, noFallback)
 	return &transport{base: base, cfg: cfg}
+}
+
+// noFallback refuses a chain with a fallback: a fallback cannot produce an
+// *http.Response; OnOpen does.
+func noFallback(c *chain.Chain) error {
+	for _, p := range c.Policies() {
+		if _, ok := p.(*fallback.Policy); ok {
+			return fmt.Errorf("httpmw: chain %v has a fallback, which cannot produce a response; use httpmw.OnOpen", c)
+		}
+	}
+	return nil
 }
 
 type transport struct {

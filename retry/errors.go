@@ -16,7 +16,8 @@ const (
 	ReasonDeadline
 	// ReasonBudget: the retry budget was spent.
 	ReasonBudget
-	// ReasonPushback: the server asked not to retry.
+	// ReasonPushback: the server asked not to retry, or to wait longer than
+	// MaxPushback.
 	ReasonPushback
 	// ReasonCanceled: the caller's context ended during a wait.
 	ReasonCanceled
@@ -32,7 +33,7 @@ func (r Reason) String() string {
 	case ReasonBudget:
 		return "retry budget spent"
 	case ReasonPushback:
-		return "server pushback: do not retry"
+		return "server pushback: do not retry, or not soon enough"
 	case ReasonCanceled:
 		return "caller canceled during a wait"
 	default:

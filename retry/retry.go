@@ -16,6 +16,9 @@ const (
 	DefaultInitial     = 100 * time.Millisecond
 	DefaultMax         = 5 * time.Second
 	DefaultJitter      = 0.2
+	// DefaultMaxPushback is the longest server-requested wait a policy
+	// honours; asked to wait longer, it gives up (see MaxPushback).
+	DefaultMaxPushback = 30 * time.Second
 )
 
 // Policy retries failed calls. It is safe for concurrent use; all calls
@@ -31,6 +34,7 @@ type Policy struct {
 	whenOpen    bool
 	onRetry     func(attempt int, err error, wait time.Duration)
 	budget      *Budget
+	maxPushback time.Duration
 	description string
 }
 
@@ -125,6 +129,19 @@ func OnRetry(fn func(attempt int, err error, wait time.Duration)) Option {
 	return optionFunc(func(c *config) { c.onRetry = fn })
 }
 
+// MaxPushback bounds the wait a server may ask for (Retry-After,
+// grpc-retry-pushback-ms): asked to wait longer, the policy gives up with
+// ReasonPushback instead of sleeping (default 30 s). The caller's deadline
+// bounds it too.
+func MaxPushback(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			bad(c, "MaxPushback(%v): must be >= 0", d)
+		}
+		c.maxPushback = d
+	})
+}
+
 // WithBudget makes retries draw from b. A budget may be shared by several
 // policies.
 func WithBudget(b *Budget) Option {
@@ -144,6 +161,8 @@ func New(opts ...Option) (*Policy, error) {
 		max:        DefaultMax,
 		multiplier: 2,
 		jitter:     DefaultJitter,
+
+		maxPushback: DefaultMaxPushback,
 	}}
 	for _, o := range opts {
 		if o == nil {
@@ -216,7 +235,7 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 		}
 		var wait time.Duration
 		if d, ok := pushback(err); ok {
-			if d < 0 {
+			if d < 0 || d > p.maxPushback {
 				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonPushback}
 			}
 			wait = d

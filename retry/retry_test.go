@@ -211,3 +211,21 @@ func TestInvalidOptions(t *testing.T) {
 		t.Errorf("NewBudget(0.1, -1): %v, want an error naming minPerSecond", err)
 	}
 }
+
+// TestPushbackTooLong: a server asking for a wait beyond MaxPushback gets no
+// retry, instead of a sleeping caller.
+func TestPushbackTooLong(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.MaxPushback(time.Minute))
+		start := time.Now()
+		calls := 0
+		err := p.Do(context.Background(), func(context.Context) error { calls++; return retry.After(errDown, 24*time.Hour) })
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Reason != retry.ReasonPushback || calls != 1 || time.Since(start) != 0 {
+			t.Errorf("got %v after %d calls and %v; want ReasonPushback at once", err, calls, time.Since(start))
+		}
+		if _, err := retry.New(retry.MaxPushback(-1)); err == nil || !strings.Contains(err.Error(), "MaxPushback") {
+			t.Errorf("MaxPushback(-1): %v", err)
+		}
+	})
+}

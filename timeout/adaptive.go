@@ -21,7 +21,7 @@ type AdaptiveOptions struct {
 // Max]. Calls that time out count as taking the timeout, so a timeout that
 // is too short grows. Until MinSamples calls are seen, New's timeout
 // applies. Recording a call is O(1) (a histogram with 12.5 % wide buckets,
-// one atomic add); memory is fixed (about 15 KiB); the value is recomputed
+// one atomic add); memory is fixed (about 24 KiB); the value is recomputed
 // every 64 calls and when the window moves.
 func Adaptive(o AdaptiveOptions) Option {
 	return optionFunc(func(c *config) { c.ad = &o })
@@ -123,6 +123,9 @@ func (t *tracker) record(d time.Duration) {
 	e := t.epoch(now)
 	s := &t.slice[e%windowSlices]
 	if old := s.epoch.Load(); old != e {
+		if old > e {
+			return // a reading older than the slice's data: drop it, never go back
+		}
 		// The slice is reused for a new epoch: whoever wins the swap clears it.
 		if s.epoch.CompareAndSwap(old, e) {
 			for i := range s.counts {

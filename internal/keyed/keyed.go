@@ -87,16 +87,32 @@ type Source struct {
 }
 
 // NewSource returns a Source of the single chain, or, with perKey, of chains
-// built per key; pkg prefixes its errors. An invalid source reports its
-// error on every Get.
-func NewSource(pkg string, single *chain.Chain, perKey bool, build func(string) (*chain.Chain, error), maxKeys int) Source {
+// built per key; check vets every chain (nil: none); pkg prefixes its
+// errors. An invalid source reports its error on every Get.
+func NewSource(pkg string, single *chain.Chain, perKey bool, build func(string) (*chain.Chain, error), maxKeys int, check func(*chain.Chain) error) Source {
+	if check == nil {
+		check = func(*chain.Chain) error { return nil }
+	}
 	if !perKey {
 		if single == nil {
 			return Source{err: errors.New(pkg + ": nil chain, and no per-key option")}
 		}
+		if err := check(single); err != nil {
+			return Source{err: err}
+		}
 		return Source{single: single}
 	}
-	k, err := New(build, maxKeys)
+	checked := build
+	if build != nil {
+		checked = func(key string) (*chain.Chain, error) {
+			c, err := build(key)
+			if err == nil && c != nil {
+				err = check(c)
+			}
+			return c, err
+		}
+	}
+	k, err := New(checked, maxKeys)
 	if err != nil {
 		return Source{err: errors.New(pkg + ": per-key chains: " + err.Error())}
 	}

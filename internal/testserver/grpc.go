@@ -2,6 +2,7 @@ package testserver
 
 import (
 	"context"
+	"io"
 	"net"
 	"strconv"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
@@ -18,8 +20,10 @@ import (
 
 // The full method names the server serves.
 const (
-	MethodCheck = "/grpc.health.v1.Health/Check" // unary
-	MethodWatch = "/grpc.health.v1.Health/Watch" // server-streaming
+	MethodCheck  = "/grpc.health.v1.Health/Check"                 // unary
+	MethodWatch  = "/grpc.health.v1.Health/Watch"                 // server-streaming
+	MethodUpload = "/grpc.testing.TestService/StreamingInputCall" // client-streaming
+	MethodDuplex = "/grpc.testing.TestService/FullDuplexCall"     // bidi
 )
 
 // GRPCAnswer says how the gRPC server answers one call.
@@ -64,6 +68,7 @@ func NewGRPCBufconn(answer func(n int64, method string) GRPCAnswer) *GRPC {
 func (s *GRPC) start(lis net.Listener) {
 	s.srv = grpc.NewServer()
 	healthpb.RegisterHealthServer(s.srv, &health{s: s})
+	testpb.RegisterTestServiceServer(s.srv, &streams{s: s})
 	go func() { _ = s.srv.Serve(lis) }()
 }
 
@@ -138,4 +143,55 @@ func (h *health) Watch(_ *healthpb.HealthCheckRequest, stream healthpb.Health_Wa
 		return status.Error(a.Code, "testserver: "+a.Code.String())
 	}
 	return nil
+}
+
+// streams serves grpc-go's interop TestService for client-streaming and
+// bidi calls.
+type streams struct {
+	testpb.UnimplementedTestServiceServer
+	s *GRPC
+}
+
+// StreamingInputCall sums the sizes of the payloads it receives.
+func (t *streams) StreamingInputCall(stream testpb.TestService_StreamingInputCallServer) error {
+	a := t.s.answer(t.s.Received.Add(1), MethodUpload)
+	if a.Code != codes.OK {
+		return status.Error(a.Code, "testserver: "+a.Code.String())
+	}
+	total := 0
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return stream.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: int32(total)})
+		}
+		if err != nil {
+			return err
+		}
+		total += len(req.GetPayload().GetBody())
+	}
+}
+
+// FullDuplexCall answers each request with a payload of the size it asks
+// for, as it reads them.
+func (t *streams) FullDuplexCall(stream testpb.TestService_FullDuplexCallServer) error {
+	a := t.s.answer(t.s.Received.Add(1), MethodDuplex)
+	if a.Code != codes.OK {
+		return status.Error(a.Code, "testserver: "+a.Code.String())
+	}
+	for {
+		req, err := stream.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		size := 0
+		if ps := req.GetResponseParameters(); len(ps) > 0 {
+			size = int(ps[0].GetSize())
+		}
+		if err := stream.Send(&testpb.StreamingOutputCallResponse{Payload: &testpb.Payload{Body: make([]byte, size)}}); err != nil {
+			return err
+		}
+	}
 }
