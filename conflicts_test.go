@@ -190,9 +190,14 @@ func TestRetryIntoOpenBreaker(t *testing.T) {
 // take 10–100 ms, 20 % of them 100 ms–1 s; 20 callers for 20 s; a breaker on
 // 10 % of the last 50 calls that opens for 1 s and then closes with its
 // window cleared. A 100 ms timeout turns the slow 20 % into failures and the
-// breaker opens about 16 times; 1 s and the adaptive timeout never open it.
+// breaker opens about 16 times; 1 s never opens it; an adaptive timeout
+// that starts at 100 ms grows past the tail within the first seconds.
 func TestTimeoutBelowTailLatency(t *testing.T) {
-	type result struct{ opens, sent, ok, timedOut, wasted int64 }
+	type result struct {
+		opens, sent, ok, timedOut, wasted int64
+		open                              time.Duration // time spent open
+		lastOpen                          time.Duration // when it last opened, from the start
+	}
 	run := func(t *testing.T, to *timeout.Policy) (result, *chain.Chain) {
 		var res result
 		var c *chain.Chain
@@ -208,11 +213,20 @@ func TestTimeoutBelowTailLatency(t *testing.T) {
 				return 10*time.Millisecond + time.Duration(rng.Int64N(int64(90*time.Millisecond)))
 			}}
 			var opens atomic.Int64
+			start := time.Now()
+			var openedAt time.Time
 			b, _ := breaker.New(breaker.Settings{
 				FailureRate: 0.1, WindowCalls: 50, OpenTimeout: time.Second, SkipHalfOpen: true,
 				OnStateChange: func(from, to breaker.State) {
-					if to == breaker.StateOpen {
+					mu.Lock()
+					defer mu.Unlock()
+					switch {
+					case to == breaker.StateOpen:
 						opens.Add(1)
+						openedAt = time.Now()
+						res.lastOpen = openedAt.Sub(start)
+					case from == breaker.StateOpen:
+						res.open += time.Since(openedAt)
 					}
 				},
 			})
@@ -241,14 +255,26 @@ func TestTimeoutBelowTailLatency(t *testing.T) {
 			}
 			wg.Wait()
 			d.wg.Wait()
-			res = result{opens.Load(), d.received.Load(), d.ok.Load(), timedOut.Load(), d.wasted.Load()}
+			mu.Lock()
+			if b.State() == breaker.StateOpen {
+				res.open += time.Since(openedAt) // still open at the end
+			}
+			mu.Unlock()
+			res.opens, res.sent, res.ok, res.timedOut, res.wasted = opens.Load(), d.received.Load(), d.ok.Load(), timedOut.Load(), d.wasted.Load()
 		})
 		return res, c
 	}
 	declared := []timeout.Option{timeout.Latency(0.8, 100*time.Millisecond), timeout.Latency(1, time.Second)}
 	short, _ := timeout.New(100*time.Millisecond, declared...)
 	long, _ := timeout.New(time.Second, declared...)
-	adaptive, _ := timeout.New(time.Second, append(declared, timeout.Adaptive(timeout.AdaptiveOptions{Min: 50 * time.Millisecond, Max: 2 * time.Second}))...)
+	// An adaptive timeout that starts at 1 s settles at p99.9 × 1.5 and never
+	// opens the breaker.
+	adaptive1s, _ := timeout.New(time.Second, append(declared, timeout.Adaptive(timeout.AdaptiveOptions{Min: 50 * time.Millisecond, Max: 2 * time.Second}))...)
+	// One that starts at the bad 100 ms must find the tail:
+	// timed-out calls count as taking the timeout, so it grows.
+	adaptive, _ := timeout.New(100*time.Millisecond, append(declared, timeout.Adaptive(timeout.AdaptiveOptions{
+		Min: 50 * time.Millisecond, Max: 2 * time.Second, MinSamples: 20,
+	}))...)
 	for _, tc := range []struct {
 		name     string
 		to       *timeout.Policy
@@ -258,14 +284,22 @@ func TestTimeoutBelowTailLatency(t *testing.T) {
 	}{
 		{"100ms", short, 13, 19, true},
 		{"1s", long, 0, 0, false},
-		{"adaptive", adaptive, 0, 0, false},
+		{"adaptive from 1s", adaptive1s, 0, 0, false},
+		{"adaptive from 100ms", adaptive, 1, 8, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, c := run(t, tc.to)
-			t.Logf("%v: %d opens (%d s of 20 s open), %d calls sent, %d OK, %d timed out, %d finished after the client gave up (seed at 100 ms: 16, 974, 768, 206, 206; at 1 s: 0, 2210, 2210, 0, 0)",
-				c, r.opens, r.opens, r.sent, r.ok, r.timedOut, r.wasted)
+			t.Logf("%v: %d opens (open %v of 20 s, last opened at %v), %d calls sent, %d OK, %d timed out, %d finished after the client gave up (seed at 100 ms: 16 opens, 974, 768, 206, 206; at 1 s: 0, 2210, 2210, 0, 0)",
+				c, r.opens, r.open.Round(time.Millisecond), r.lastOpen.Round(time.Millisecond), r.sent, r.ok, r.timedOut, r.wasted)
 			if r.opens < tc.minOpens || r.opens > tc.maxOpens {
 				t.Errorf("%d opens, want %d–%d", r.opens, tc.minOpens, tc.maxOpens)
+			}
+			if tc.to == adaptive && r.lastOpen > 10*time.Second {
+				t.Errorf("the adaptive timeout still opened the breaker at %v: it has not found the tail", r.lastOpen)
+			}
+			// Every stay lasts 1 s, but the last may be cut by the end of the run.
+			if r.opens > 0 && r.open < time.Duration(r.opens-1)*time.Second {
+				t.Errorf("open %v for %d opens of 1 s", r.open, r.opens)
 			}
 			if r.timedOut != r.wasted || r.sent != r.ok+r.timedOut {
 				t.Errorf("sent %d = OK %d + timed out %d? wasted work %d = timed out?", r.sent, r.ok, r.timedOut, r.wasted)
@@ -276,8 +310,8 @@ func TestTimeoutBelowTailLatency(t *testing.T) {
 		})
 	}
 	if got := adaptive.Timeout(); got < time.Second {
-		t.Errorf("adaptive timeout settled at %v, below the 1 s tail", got)
+		t.Errorf("adaptive timeout ended at %v, below the 1 s tail", got)
 	} else {
-		t.Logf("adaptive timeout settled at %v", got)
+		t.Logf("adaptive timeout: from 100ms to %v", got)
 	}
 }

@@ -147,8 +147,8 @@ func (b *Breaker) String() string {
 }
 
 // Permit is the admission of one call by [Breaker.Allow]. Report the call's
-// outcome with [Permit.Done] exactly once. The zero Permit's Done does
-// nothing.
+// outcome with [Permit.Done] (or [Permit.Abandon]) exactly once, from any
+// goroutine. The zero Permit's Done does nothing.
 type Permit struct {
 	b     *Breaker
 	g     *gen

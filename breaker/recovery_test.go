@@ -14,11 +14,11 @@ import (
 
 // seedRecovery is SEEDS A's unstable-recovery table: median seconds from the
 // first half-open to closed (-1: ≥ 599 s) and mean re-opens.
-var seedRecovery = map[[2]int]struct{ median, reopens float64 }{
-	{100, 1}: {0, 0}, {100, 3}: {0.10, 0}, {100, 10}: {0.45, 0},
-	{90, 1}: {0, 0.1}, {90, 3}: {0.10, 0.4}, {90, 10}: {1.80, 2.0},
-	{70, 1}: {0, 0.4}, {70, 3}: {1.15, 2.0}, {70, 10}: {25.33, 32.0},
-	{50, 1}: {0, 1.0}, {50, 3}: {5.42, 7.4}, {50, 10}: {-1, 430.9},
+var seedRecovery = map[[2]int]struct{ median, p90, reopens float64 }{
+	{100, 1}: {0, 0, 0}, {100, 3}: {0.10, 0.10, 0}, {100, 10}: {0.45, 0.45, 0},
+	{90, 1}: {0, 1.00, 0.1}, {90, 3}: {0.10, 1.20, 0.4}, {90, 10}: {1.80, 6.85, 2.0},
+	{70, 1}: {0, 1.00, 0.4}, {70, 3}: {1.15, 5.50, 2.0}, {70, 10}: {25.33, 81.73, 32.0},
+	{50, 1}: {0, 3.10, 1.0}, {50, 3}: {5.42, 18.55, 7.4}, {50, 10}: {-1, -1, 430.9},
 }
 
 // recoveryCell runs one cell. 2,000 trials keep the sampling error of the
@@ -69,7 +69,10 @@ func TestRecoveryTable(t *testing.T) {
 					want := seedRecovery[[2]int{q, n}]
 					switch {
 					case want.median < 0:
-						if !got.MedianNeverClosed() {
+						// q^N = 1/1024 a round: within 600 s (about 550 rounds) a
+						// trial closes with probability 1-(1-1/1024)^550 ≈ 0.42,
+						// so "never closes" holds for the median, not for all.
+						if !got.MedianNeverClosed() || got.NeverClosed < got.Trials/2 {
 							t.Errorf("%v; want most trials never closing", got)
 						}
 					case q == 50 && n == 1:
@@ -95,8 +98,18 @@ func TestRecoveryTable(t *testing.T) {
 					if q == 100 && (got.MeanReopens != 0 || got.P90 != got.Median) {
 						t.Errorf("q = 100 %%: %v; want no re-open and p90 = median", got)
 					}
-					if want.reopens >= 1 && math.Abs(got.MeanReopens-want.reopens) > 0.25*want.reopens {
-						t.Errorf("mean re-opens %.1f, want %.1f ± 25 %%", got.MeanReopens, want.reopens)
+					// The seed rounds re-opens to 0.1: allow that much besides 25 %.
+					if math.Abs(got.MeanReopens-want.reopens) > 0.25*want.reopens+0.05 {
+						t.Errorf("mean re-opens %.2f, want %.1f ± 25 %%", got.MeanReopens, want.reopens)
+					}
+					// p90s: a re-open lasts 1.05 s here (the 1025 ms stay ends on
+					// a 50 ms tick), about 1.00 s in the seed.
+					if want.p90 > 0 {
+						if p := got.P90.Seconds(); math.Abs(p-want.p90) > 0.25*want.p90 {
+							t.Errorf("p90 %.2f s, want %.2f s ± 25 %%", p, want.p90)
+						}
+					} else if want.p90 < 0 && !got.P90NeverClosed() {
+						t.Errorf("%v; want p90 ≥ the horizon", got)
 					}
 				})
 			}

@@ -128,6 +128,7 @@ type SettingsError struct {
 	Reason string // what it must be
 }
 
+// Error names the field, its value and what it must be.
 func (e *SettingsError) Error() string {
 	return fmt.Sprintf("breaker: Settings.%s = %v: %s", e.Field, e.Value, e.Reason)
 }

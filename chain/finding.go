@@ -38,4 +38,5 @@ func (f Finding) Error() string {
 	return fmt.Sprintf("chain: %s %s: %s", f.Severity, f.Code, f.Message)
 }
 
+// String is Error.
 func (f Finding) String() string { return f.Error() }

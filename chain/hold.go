@@ -12,7 +12,9 @@ type holdKey struct{}
 // [Holder.Hold] takes that cancellation over and must release it.
 //
 // A Holder serves one call of [Chain.Do] at a time: its attempts run one
-// after another.
+// after another; it is not safe for concurrent use. Get one from
+// [WithHolder]; a zero Holder has no context to hold, and its Hold returns a
+// release that does nothing.
 type Holder struct {
 	cancel context.CancelFunc // of the current attempt's context, if the chain made one
 	held   bool

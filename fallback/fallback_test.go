@@ -3,7 +3,6 @@ package fallback_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 
 	"github.com/callguard/callguard/breaker"
@@ -42,20 +41,6 @@ func TestCovers(t *testing.T) {
 	if _, err := fallback.New(nil); err == nil {
 		t.Error("New(nil) succeeded")
 	}
-}
-
-func Example() {
-	cache := "last good price: 42"
-	var price string
-	fb, _ := fallback.New(func(ctx context.Context, err error) error {
-		price = cache + " (stale)"
-		return nil
-	})
-	err := fb.Do(context.Background(), func(ctx context.Context) error {
-		return breaker.ErrOpen // the breaker rejected the call
-	})
-	fmt.Println(price, err)
-	// Output: last good price: 42 (stale) <nil>
 }
 
 // TestNoRunTimePanics: bad input is refused at construction, and the zero

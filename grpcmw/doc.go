@@ -1,9 +1,12 @@
 // Package grpcmw runs gRPC client calls through a callguard chain: a unary
 // and a stream client interceptor.
 //
-//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout)
+//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout) // the canonical order
 //	conn, _ := grpc.NewClient(target, append(grpcmw.DialOptions(c,
 //		grpcmw.Idempotent("/pkg.Service/Get")), creds)...)
+//
+// Build c in the canonical order, overall timeout → retry → breaker →
+// per-attempt timeout (see package chain); the lint checks it.
 //
 // # What is a failure
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,6 +142,9 @@ func TestClassification(t *testing.T) {
 		{codes.Unavailable, 2, breaker.StateOpen}, // retried, trips at 2
 		{codes.DataLoss, 2, breaker.StateOpen},    // a failure, not retried
 		{codes.ResourceExhausted, 2, breaker.StateOpen},
+		{codes.DeadlineExceeded, 2, breaker.StateOpen}, // the server's: retried
+		{codes.Unknown, 2, breaker.StateOpen},          // a failure, not retried
+		{codes.Aborted, 2, breaker.StateOpen},          // a failure, not retried
 	} {
 		t.Run(tc.code.String(), func(t *testing.T) {
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 2, OpenTimeout: time.Hour}))
@@ -446,5 +450,49 @@ func TestFallbackRefused(t *testing.T) {
 	srv, client := server(t, always(codes.OK), grpcmw.DialOptions(must(chain.New(fb, fiveConsecutive())))...)
 	if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), "fallback") || srv.Received.Load() != 0 {
 		t.Errorf("got %v after %d calls; want an error about the fallback, and no call", err, srv.Received.Load())
+	}
+}
+
+// TestDeadlineShorterThanWait: a caller's deadline shorter than the next
+// backoff wait ends the retries at once, with the last status.
+func TestDeadlineShorterThanWait(t *testing.T) {
+	c := must(chain.New(threeAttempts(retry.Constant(10 * time.Second))))
+	srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := check(ctx, client)
+	if status.Code(err) != codes.Unavailable || time.Since(start) > 100*time.Millisecond || srv.Received.Load() != 1 {
+		t.Errorf("got %v after %v and %d calls; want Unavailable at once", err, time.Since(start), srv.Received.Load())
+	}
+}
+
+// TestPerTargetBreakers: one breaker per connection target.
+func TestPerTargetBreakers(t *testing.T) {
+	bad := must(testserver.NewGRPC(always(codes.Unavailable)))
+	defer bad.Stop()
+	good := must(testserver.NewGRPC(always(codes.OK)))
+	defer good.Stop()
+	breakers := map[string]*breaker.Breaker{}
+	var mu sync.Mutex
+	opts := grpcmw.DialOptions(nil, grpcmw.PerTarget(func(target string) (*chain.Chain, error) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		mu.Lock()
+		breakers[target] = b
+		mu.Unlock()
+		return chain.New(b)
+	}, 8))
+	badConn, goodConn := must(bad.Dial(opts...)), must(good.Dial(opts...))
+	defer badConn.Close()
+	defer goodConn.Close()
+	_ = check(context.Background(), healthpb.NewHealthClient(badConn))
+	if err := check(context.Background(), healthpb.NewHealthClient(badConn)); !errors.Is(err, breaker.ErrOpen) {
+		t.Errorf("bad target: %v, want its breaker open", err)
+	}
+	if err := check(context.Background(), healthpb.NewHealthClient(goodConn)); err != nil {
+		t.Errorf("good target: %v, want OK: its breaker is its own", err)
+	}
+	if len(breakers) != 2 {
+		t.Errorf("%d breakers, want 2", len(breakers))
 	}
 }

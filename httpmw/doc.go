@@ -1,13 +1,16 @@
 // Package httpmw runs HTTP client requests through a callguard chain, as an
 // http.RoundTripper:
 //
-//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout)
+//	c, _ := chain.New(retryPolicy, breaker, attemptTimeout) // the canonical order
 //	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
 //
 // It keeps the RoundTripper contract: the caller's request is never
 // modified (each attempt sends its own req.Clone, with the attempt's
 // context), its body is always closed, and
 // every response it discards is drained (up to a bound) and closed.
+//
+// Build c in the canonical order, overall timeout → retry → breaker →
+// per-attempt timeout (see package chain); the lint checks it.
 //
 // # What is a failure
 //

@@ -133,6 +133,7 @@ type StatusError struct {
 	StatusCode int
 }
 
+// Error gives the status code and text.
 func (e *StatusError) Error() string {
 	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
 }

@@ -18,7 +18,8 @@ import (
 // that size) and never less than one.
 //
 // A Budget is safe for concurrent use. A call adds its tokens with one
-// atomic add; only a retry takes the lock.
+// atomic add; only a retry takes the lock. Create one with [NewBudget]; the
+// zero Budget allows no retry at all.
 type Budget struct {
 	ratio, perSecond, capacity float64
 

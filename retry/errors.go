@@ -51,6 +51,8 @@ type ExhaustedError struct {
 	cause    error
 }
 
+// Error says how many attempts were made, why the retry stopped, and the
+// last error.
 func (e *ExhaustedError) Error() string {
 	return fmt.Sprintf("retry: gave up after %d attempts (%v): %v", e.Attempts, e.Reason, e.Last)
 }

@@ -15,4 +15,11 @@
 // Tie a timeout to the downstream's tail latency: declare it with [Latency]
 // so that a chain's lint can check the timeout against it, or let
 // [Adaptive] follow the observed p99.9 of successful calls.
+//
+// In a chain the canonical order is overall timeout → retry → breaker →
+// per-attempt timeout → call: the attempt timeout inside the breaker turns a
+// hung call into a failure the breaker counts. Callers' own deadlines count
+// as the callers', not as failures: if every caller's deadline is at or
+// below the attempt timeout, a hung downstream never trips the breaker, so
+// keep the attempt timeout below the deadlines callers use.
 package timeout

@@ -18,6 +18,7 @@ type Error struct {
 	Err     error         // what the call returned, if anything
 }
 
+// Error says which timeout fired.
 func (e *Error) Error() string {
 	if e.Err == nil || errors.Is(e.Err, context.DeadlineExceeded) {
 		return fmt.Sprintf("timeout: call exceeded %v", e.Timeout)
