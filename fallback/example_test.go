@@ -21,4 +21,3 @@ func Example() {
 	fmt.Println(price, err)
 	// Output: last good price: 42 (stale) <nil>
 }
-

@@ -145,4 +145,3 @@ func TestInvalid(t *testing.T) {
 		}
 	}
 }
-
