@@ -223,8 +223,14 @@ func (s *stream) outcome(err error, recv bool) error {
 	if s.cur != nil {
 		trailer = s.cur.Trailer()
 	}
+	// Attempts count across establishment and the first receive, so a
+	// stream never makes more than the retry's attempts (or the call's cap).
+	limit := s.maxAttempts
+	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts() < limit) {
+		limit = s.plan.retry.Attempts()
+	}
 	may := s.idempotent && !s.overflow && !s.received && (!recv || s.closedSend) &&
-		(s.maxAttempts == 0 || s.attempts < s.maxAttempts)
+		(limit == 0 || s.attempts < limit)
 	return s.cfg.outcome(s.ctx, err, trailer, may)
 }
 
