@@ -116,17 +116,13 @@ var errFirstResponse = errors.New("grpcmw: no first response in time")
 // run establishes the stream through the retry, if any. With recv, each
 // attempt also replays what was sent and receives the first message into m;
 // failed is the error of the attempt that just failed, which counts as the
-// retry's first attempt.
+// retry's first attempt (retry.Policy.Continue).
 func (s *stream) run(recv bool, m any, failed error) error {
-	pending := failed != nil
-	attempt := func(context.Context) error {
-		if pending {
-			pending = false
-			return s.outcome(failed, recv)
-		}
-		return s.attempt(recv, m)
-	}
-	if s.plan.retry == nil {
+	attempt := func(context.Context) error { return s.attempt(recv, m) }
+	switch {
+	case failed != nil:
+		return s.plan.retry.Continue(s.ctx, s.deadline, s.outcome(failed, recv), attempt)
+	case s.plan.retry == nil:
 		return attempt(s.ctx)
 	}
 	return s.plan.retry.DoUntil(s.ctx, s.deadline, attempt)

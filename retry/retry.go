@@ -222,6 +222,17 @@ func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(cont
 	return p.again(ctx, deadline, call, err)
 }
 
+// Continue retries a call whose first attempt was made outside the policy
+// and failed with err, as when a stream's failure surfaces after it was
+// created: it is DoUntil without the first call (and without crediting a
+// budget for a new call).
+func (p *Policy) Continue(ctx context.Context, deadline time.Time, err error, call func(context.Context) error) error {
+	if err == nil {
+		return nil
+	}
+	return p.again(ctx, deadline, call, err)
+}
+
 // again runs the retries after a failed first attempt; only now is a
 // schedule built.
 func (p *Policy) again(ctx context.Context, deadline time.Time, call func(context.Context) error, err error) error {

@@ -229,3 +229,20 @@ func TestPushbackTooLong(t *testing.T) {
 		}
 	})
 }
+
+// TestContinue: retrying a first attempt made elsewhere: the failed attempt
+// counts, no new call is made for it.
+func TestContinue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0))
+		calls := 0
+		err := p.Continue(context.Background(), time.Time{}, errDown, func(context.Context) error { calls++; return errDown })
+		var ex *retry.ExhaustedError
+		if !errors.As(err, &ex) || ex.Attempts != 3 || calls != 2 {
+			t.Errorf("got %v after %d calls; want 3 attempts, 2 of them calls", err, calls)
+		}
+		if err := p.Continue(context.Background(), time.Time{}, nil, nil); err != nil {
+			t.Errorf("Continue(nil error) = %v", err)
+		}
+	})
+}
