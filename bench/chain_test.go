@@ -83,15 +83,7 @@ func BenchmarkChain(b *testing.B) {
 						do := im.new(b, succeed)
 						b.ReportAllocs()
 						b.ResetTimer()
-						b.RunParallel(func(pb *testing.PB) {
-							ctx := context.Background()
-							for pb.Next() {
-								if err := do(ctx); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
+						runParallel(b, do)
 					})
 				})
 			}
@@ -274,4 +266,18 @@ func newHandwiredRetryBreakerTimeout(_ testing.TB, call callFunc) op {
 		bo := backoff.WithContext(backoff.WithMaxRetries(backoff.NewExponentialBackOff(), 2), ctx)
 		return backoff.Retry(attempt, bo)
 	}
+}
+
+// runParallel runs do from b.RunParallel's goroutines until the benchmark
+// ends or do fails.
+func runParallel(b *testing.B, do func(context.Context) error) {
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			if err := do(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }

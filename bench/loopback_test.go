@@ -110,15 +110,7 @@ func BenchmarkLoopback(b *testing.B) {
 						}
 						b.ReportAllocs()
 						b.ResetTimer()
-						b.RunParallel(func(pb *testing.PB) {
-							ctx := context.Background()
-							for pb.Next() {
-								if err := do(ctx); err != nil {
-									b.Error(err)
-									return
-								}
-							}
-						})
+						runParallel(b, do)
 						b.StopTimer()
 					})
 				}
