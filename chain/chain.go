@@ -27,6 +27,7 @@ type Chain struct {
 	steps    []step
 	findings []Finding
 	desc     string
+	timeouts bool // some step is a *timeout.Policy
 }
 
 type kind uint8
@@ -83,6 +84,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			s = step{kind: kindRetry, r: v, p: p}
 		case *timeout.Policy:
 			s = step{kind: kindTimeout, t: v, p: p}
+			c.timeouts = true
 		case *fallback.Policy:
 			s = step{kind: kindFallback, f: v, p: p}
 		}
@@ -112,6 +114,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	}
 	return c, nil
 }
+
+// HasTimeout reports whether the chain has a [timeout.Policy]. Only then does
+// [Chain.Do] run attempts under contexts of its own, which it cancels when
+// an attempt returns unless a [Holder] takes the cancellation over: without
+// one, an adapter can skip [WithHolder].
+func (c *Chain) HasTimeout() bool { return c.timeouts }
 
 func (o Options) ignored(code string) bool {
 	for _, c := range o.Ignore {

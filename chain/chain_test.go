@@ -188,3 +188,24 @@ func TestHolder(t *testing.T) {
 		t.Fatalf("Policies() = %v", ps)
 	}
 }
+
+// TestHasTimeout: only a chain with a timeout makes attempt contexts, and
+// HasTimeout says which.
+func TestHasTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		c    *chain.Chain
+		want bool
+	}{
+		{must(chain.New()), false},
+		{must(chain.New(must(retry.New()))), false},
+		{must(chain.New(must(retry.New()), to(time.Minute))), true},
+		{must(chain.New(to(time.Minute), must(retry.New()))), true},
+	} {
+		var attemptCtx context.Context
+		ctx := context.Background()
+		_ = tc.c.Do(ctx, func(ctx context.Context) error { attemptCtx = ctx; return nil })
+		if got, made := tc.c.HasTimeout(), attemptCtx != ctx; got != tc.want || made != tc.want {
+			t.Errorf("%v: HasTimeout() = %t, made an attempt context: %t; want %t", tc.c, got, made, tc.want)
+		}
+	}
+}

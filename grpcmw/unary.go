@@ -18,19 +18,46 @@ func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInte
 		if err != nil {
 			return err
 		}
+		u := &unaryCall{cfg: cfg, callerCtx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: callOpts}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
-		// Room for the trailer option, without touching the caller's slice.
-		withTrailer := make([]grpc.CallOption, len(callOpts)+1)
-		copy(withTrailer, callOpts)
-		attempts := 0
-		callerCtx := ctx
-		err = ch.Do(ctx, func(ctx context.Context) error {
-			attempts++
-			var trailer metadata.MD
-			withTrailer[len(callOpts)] = grpc.Trailer(&trailer)
-			err := invoker(ctx, method, req, reply, cc, withTrailer...)
-			return cfg.outcome(callerCtx, err, trailer, idempotent && (maxAttempts == 0 || attempts < maxAttempts))
-		})
-		return toStatus(ctx, err)
+		u.maxAttempts = maxAttempts
+		if idempotent {
+			// Only a call that may be retried needs the trailer, for its
+			// pushback. Room for the trailer option, without touching the
+			// caller's slice.
+			if len(callOpts) < len(u.buf) {
+				u.opts = append(u.buf[:0], callOpts...)
+			} else {
+				u.opts = append(make([]grpc.CallOption, 0, len(callOpts)+1), callOpts...)
+			}
+			u.opts = append(u.opts, grpc.Trailer(&u.trailer))
+			u.idempotent = true
+		}
+		return toStatus(ctx, ch.Do(ctx, u.attempt))
 	}
+}
+
+// unaryCall is one intercepted unary call: one allocation for its state,
+// its attempts' call options and the trailer they fill in.
+type unaryCall struct {
+	cfg         *config
+	callerCtx   context.Context
+	method      string
+	req, reply  any
+	cc          *grpc.ClientConn
+	invoker     grpc.UnaryInvoker
+	opts        []grpc.CallOption
+	buf         [4]grpc.CallOption
+	trailer     metadata.MD
+	idempotent  bool
+	maxAttempts int
+	attempts    int
+}
+
+// attempt makes one attempt of the call.
+func (u *unaryCall) attempt(ctx context.Context) error {
+	u.attempts++
+	u.trailer = nil
+	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
+	return u.cfg.outcome(u.callerCtx, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
 }

@@ -5,9 +5,11 @@
 //	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
 //
 // It keeps the RoundTripper contract: the caller's request is never
-// modified (each attempt sends its own req.Clone, with the attempt's
-// context), its body is always closed, and
-// every response it discards is drained (up to a bound) and closed.
+// modified (an attempt under a context of its own, and every retry, sends a
+// shallow copy, req.WithContext, with a fresh body on a retry), its body is
+// always closed, and every response it discards is drained (up to a bound)
+// and closed. As that contract says, base must not modify the requests it is
+// given either: a base that adds headers must clone the request first.
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
 // per-attempt timeout (see package chain); the lint checks it.

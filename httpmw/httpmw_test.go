@@ -449,38 +449,69 @@ func TestPerHostAndOnOpen(t *testing.T) {
 	}
 }
 
-// headerEditor is a base RoundTripper that edits the request it is given,
-// as some do.
-type headerEditor struct{ base http.RoundTripper }
-
-func (h headerEditor) RoundTrip(r *http.Request) (*http.Response, error) {
-	r.Header.Add("X-Edited", "1")
-	return h.base.RoundTrip(r)
+// recorder is a base RoundTripper that records the requests it is given.
+type recorder struct {
+	base http.RoundTripper
+	mu   sync.Mutex
+	reqs []*http.Request
 }
 
-// TestEachAttemptGetsItsOwnCopy: a base that edits headers cannot leak the
-// edit into the next attempt or into the caller's request.
-func TestEachAttemptGetsItsOwnCopy(t *testing.T) {
-	var seen []int
-	var mu sync.Mutex
-	srv := testserver.NewHTTP(func(n int64, r *http.Request, _ []byte) testserver.HTTPAnswer {
-		mu.Lock()
-		seen = append(seen, len(r.Header.Values("X-Edited")))
-		mu.Unlock()
-		return testserver.HTTPAnswer{Status: 503}
-	})
-	defer srv.Close()
-	base := &http.Transport{}
-	defer base.CloseIdleConnections()
-	client := &http.Client{Transport: httpmw.NewTransport(headerEditor{base}, must(chain.New(threeAttempts())))}
-	req := must(http.NewRequest(http.MethodGet, srv.URL, nil))
-	resp, err := client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if len(seen) != 3 || seen[0] != 1 || seen[1] != 1 || seen[2] != 1 || req.Header.Get("X-Edited") != "" {
-		t.Errorf("X-Edited values per attempt %v, caller's %q; want one each and none", seen, req.Header.Get("X-Edited"))
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	r.mu.Unlock()
+	return r.base.RoundTrip(req)
+}
+
+// TestEachAttemptGetsItsOwnRequest: without an attempt timeout the first
+// attempt sends the caller's request itself, and every retry a copy of its
+// own with a fresh body; with one, every attempt sends a copy carrying its
+// own attempt context. The caller's request is never modified.
+func TestEachAttemptGetsItsOwnRequest(t *testing.T) {
+	for _, withTimeout := range []bool{false, true} {
+		srv := testserver.NewHTTP(always(503))
+		base := &http.Transport{}
+		rec := &recorder{base: base}
+		policies := []chain.Policy{threeAttempts()}
+		if withTimeout {
+			policies = append(policies, must(timeout.New(time.Second)))
+		}
+		client := &http.Client{Transport: httpmw.NewTransport(rec, must(chain.New(policies...)))}
+		req := must(http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("payload")))
+		req.Header.Set("X-Test", "1")
+		body, ctx := req.Body, req.Context()
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		srv.Close()
+		base.CloseIdleConnections()
+
+		if len(rec.reqs) != 3 {
+			t.Fatalf("timeout %t: %d attempts, want 3", withTimeout, len(rec.reqs))
+		}
+		if req.Body != body || req.Context() != ctx || len(req.Header) != 1 || req.URL.String() != srv.URL {
+			t.Errorf("timeout %t: caller's request modified: %+v", withTimeout, req)
+		}
+		for i, r := range rec.reqs {
+			_, hasDeadline := r.Context().Deadline()
+			for _, prev := range rec.reqs[:i] {
+				if r == prev || r.Body == prev.Body || (withTimeout && r.Context() == prev.Context()) {
+					t.Errorf("timeout %t: attempt %d shares its request, body or context with an earlier one", withTimeout, i+1)
+				}
+			}
+			switch {
+			case i == 0 && !withTimeout && r != req:
+				t.Errorf("attempt 1 without a timeout sent a copy, want the caller's request")
+			case (i > 0 || withTimeout) && r == req:
+				t.Errorf("timeout %t: attempt %d sent the caller's request, want a copy", withTimeout, i+1)
+			case hasDeadline != withTimeout:
+				t.Errorf("timeout %t: attempt %d has a deadline: %t", withTimeout, i+1, hasDeadline)
+			case r.Header.Get("X-Test") != "1" || r.URL.String() != srv.URL || r.Method != http.MethodPut:
+				t.Errorf("timeout %t: attempt %d is not the caller's request: %+v", withTimeout, i+1, r)
+			}
+		}
 	}
 }
 

@@ -165,8 +165,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
-	ctx, holder := chain.WithHolder(req.Context())
-	x.holder = holder
+	ctx := req.Context()
+	if c.HasTimeout() {
+		// The chain makes attempt contexts: the returned body must keep its own.
+		ctx, x.holder = chain.WithHolder(ctx)
+	}
 	err = c.Do(ctx, x.attempt)
 	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
@@ -198,7 +201,7 @@ type exchange struct {
 	t        *transport
 	req      *http.Request
 	mayRetry bool
-	holder   *chain.Holder
+	holder   *chain.Holder // nil when the chain makes no attempt contexts
 	attempts int
 	last     *http.Response
 	release  context.CancelFunc // of last's attempt context
@@ -211,10 +214,15 @@ type exchange struct {
 func (x *exchange) attempt(actx context.Context) error {
 	x.attempts++
 	x.discard()
-	// A deep copy per attempt: the caller's request is never modified, and a
-	// base RoundTripper that edits the headers of what it is given cannot
-	// leak those edits into the next attempt.
-	r := x.req.Clone(actx)
+	// The caller's request is never modified: an attempt that needs another
+	// context or body sends a shallow copy, as net/http's own Client and
+	// Transport do; the base must not modify it either (the RoundTripper
+	// contract). A first attempt under the caller's context sends the
+	// request itself.
+	r := x.req
+	if actx != r.Context() || x.attempts > 1 {
+		r = r.WithContext(actx)
+	}
 	if x.attempts > 1 && x.req.GetBody != nil {
 		body, err := x.req.GetBody()
 		if err != nil {
@@ -230,7 +238,10 @@ func (x *exchange) attempt(actx context.Context) error {
 		}
 		return breaker.NotFailure(retry.Permanent(err))
 	}
-	x.last, x.release = resp, x.holder.Hold()
+	x.last, x.release = resp, noRelease
+	if x.holder != nil {
+		x.release = x.holder.Hold()
+	}
 	if !cfg.failure(resp, nil) {
 		return nil
 	}
@@ -270,6 +281,8 @@ func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
 	}
 	return t.cfg.source.Get(key)
 }
+
+func noRelease() {}
 
 func permanentUnless(mayRetry bool, err error) error {
 	if mayRetry {

@@ -1,0 +1,97 @@
+package httpmw_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+// canned is a base RoundTripper that answers every request in memory with
+// 200 "ok", so that BenchmarkTransport measures what the transport itself
+// adds to a request; bench/ measures it on a real loopback call.
+type canned struct{}
+
+func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{
+		StatusCode: http.StatusOK,
+		Header:     http.Header{},
+		Body:       io.NopCloser(strings.NewReader("ok")),
+		Request:    req,
+	}, nil
+}
+
+// BenchmarkTransport is one successful GET through NewTransport with an
+// in-memory base, against the base alone (impl=base) and the base with a
+// 1 s context.WithTimeout per request (impl=base-deadline). Compare with
+//
+//	benchstat -col /impl out.txt
+func BenchmarkTransport(b *testing.B) {
+	newChain := func(b *testing.B, withTimeout bool) *chain.Chain {
+		r, err := retry.New(retry.MaxAttempts(3), retry.Constant(10*time.Millisecond))
+		if err != nil {
+			b.Fatal(err)
+		}
+		br, err := breaker.New(breaker.Settings{ConsecutiveFailures: 5})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ps := []chain.Policy{r, br}
+		if withTimeout {
+			tp, err := timeout.New(time.Second)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ps = append(ps, tp)
+		}
+		c, err := chain.New(ps...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c
+	}
+	impls := []struct {
+		name string
+		rt   func(b *testing.B) http.RoundTripper
+		dl   bool
+	}{
+		{"base", func(*testing.B) http.RoundTripper { return canned{} }, false},
+		{"base-deadline", func(*testing.B) http.RoundTripper { return canned{} }, true},
+		{"callguard-no-timeout", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, false)) }, false},
+		{"callguard", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, true)) }, false},
+	}
+	for _, im := range impls {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			rt := im.rt(b)
+			req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1/x", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				r := req
+				var cancel context.CancelFunc = func() {}
+				if im.dl {
+					var ctx context.Context
+					ctx, cancel = context.WithTimeout(context.Background(), time.Second)
+					r = req.WithContext(ctx)
+				}
+				resp, err := rt.RoundTrip(r)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				cancel()
+			}
+		})
+	}
+}
