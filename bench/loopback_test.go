@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -117,6 +118,78 @@ func BenchmarkLoopback(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkLoopbackPaired measures each implementation against a base on
+// real loopback calls made in turns (base, impl, impl, base, …), so that
+// both see the same machine state: the drift between sub-benchmarks that
+// BenchmarkLoopback suffers from (several percent on a shared 2-core
+// machine) falls on both alike. Each call is timed on its own; reported
+// are the median call of each (ns/call, base-ns/call) and the impl's
+// overhead over the base in percent. vs=plain against plain itself is the
+// noise floor. Compare with
+//
+//	benchstat -row /proto,/impl -col /vs -filter '.unit:%overhead' out.txt
+func BenchmarkLoopbackPaired(b *testing.B) {
+	for _, p := range loopbackProtos {
+		impls := map[string]loopbackImpl{}
+		for _, im := range p.impls {
+			impls[im.name] = im
+		}
+		type pair struct{ impl, base loopbackImpl }
+		var pairs []pair
+		for _, im := range p.impls {
+			pairs = append(pairs, pair{im, impls["plain"]})
+		}
+		// callguard's own cost: against a plain call with the same deadline.
+		pairs = append(pairs, pair{impls["callguard"], impls["plain-deadline"]})
+		for _, pr := range pairs {
+			b.Run("proto="+p.name+"/impl="+pr.impl.name+"/vs="+pr.base.name, func(b *testing.B) {
+				benchPaired(b, pr.impl, pr.base)
+			})
+		}
+	}
+}
+
+func benchPaired(b *testing.B, impl, base loopbackImpl) {
+	doImpl, stopImpl := impl.new(b, nil)
+	defer stopImpl()
+	doBase, stopBase := base.new(b, nil)
+	defer stopBase()
+	ctx := context.Background()
+	timed := func(do loopbackOp, into *[]time.Duration) {
+		start := time.Now()
+		if err := do(ctx); err != nil {
+			b.Fatal(err)
+		}
+		*into = append(*into, time.Since(start))
+	}
+	var implTimes, baseTimes []time.Duration
+	timed(doImpl, &implTimes) // dial outside the timed loop
+	timed(doBase, &baseTimes)
+	implTimes, baseTimes = implTimes[:0], baseTimes[:0]
+	turn := 0
+	for b.Loop() {
+		if turn%2 == 0 {
+			timed(doBase, &baseTimes)
+			timed(doImpl, &implTimes)
+		} else {
+			timed(doImpl, &implTimes)
+			timed(doBase, &baseTimes)
+		}
+		turn++
+	}
+	mi, mb := median(implTimes), median(baseTimes)
+	b.ReportMetric(0, "ns/op") // two calls per op: meaningless
+	b.ReportMetric(float64(mi.Nanoseconds()), "ns/call")
+	b.ReportMetric(float64(mb.Nanoseconds()), "base-ns/call")
+	b.ReportMetric(100*(float64(mi)/float64(mb)-1), "%overhead")
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // TestLoopbackImplsWork checks the wiring of every implementation: one call
