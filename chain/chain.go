@@ -27,7 +27,7 @@ type Chain struct {
 	steps    []step
 	findings []Finding
 	desc     string
-	timeouts bool // some step is a *timeout.Policy
+	holds    bool // Do may make attempt contexts that a Holder can keep
 }
 
 type kind uint8
@@ -84,9 +84,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			s = step{kind: kindRetry, r: v, p: p}
 		case *timeout.Policy:
 			s = step{kind: kindTimeout, t: v, p: p}
-			c.timeouts = true
+			c.holds = true
 		case *fallback.Policy:
 			s = step{kind: kindFallback, f: v, p: p}
+		}
+		if s.kind == kindOpaque {
+			c.holds = true // a nested Chain, or a policy that may run one
 		}
 		c.steps = append(c.steps, s)
 		names = append(names, describe(p))
@@ -115,11 +118,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	return c, nil
 }
 
-// HasTimeout reports whether the chain has a [timeout.Policy]. Only then does
-// [Chain.Do] run attempts under contexts of its own, which it cancels when
-// an attempt returns unless a [Holder] takes the cancellation over: without
-// one, an adapter can skip [WithHolder].
-func (c *Chain) HasTimeout() bool { return c.timeouts }
+// NeedsHolder reports whether calls of [Chain.Do] may run under attempt
+// contexts that a [Holder] can keep alive: the chain has a
+// [timeout.Policy], or a policy it does not know, such as a nested Chain,
+// that may have one. When it reports false, Do never makes an attempt
+// context, and an adapter can skip [WithHolder]. A nil Chain needs none.
+func (c *Chain) NeedsHolder() bool { return c != nil && c.holds }
 
 func (o Options) ignored(code string) bool {
 	for _, c := range o.Ignore {

@@ -189,23 +189,40 @@ func TestHolder(t *testing.T) {
 	}
 }
 
-// TestHasTimeout: only a chain with a timeout makes attempt contexts, and
-// HasTimeout says which.
-func TestHasTimeout(t *testing.T) {
+// TestNeedsHolder: a chain that makes attempt contexts, itself or through a
+// nested chain, says it needs a Holder, and a Holder keeps its attempt
+// context alive; a chain that makes none says so.
+func TestNeedsHolder(t *testing.T) {
+	inner := must(chain.New(to(time.Minute)))
 	for _, tc := range []struct {
 		c    *chain.Chain
 		want bool
 	}{
 		{must(chain.New()), false},
 		{must(chain.New(must(retry.New()))), false},
+		{must(chain.New(must(retry.New()), br(breaker.Settings{}))), false},
 		{must(chain.New(must(retry.New()), to(time.Minute))), true},
 		{must(chain.New(to(time.Minute), must(retry.New()))), true},
+		{must(chain.New(must(retry.New()), inner)), true},
 	} {
 		var attemptCtx context.Context
-		ctx := context.Background()
-		_ = tc.c.Do(ctx, func(ctx context.Context) error { attemptCtx = ctx; return nil })
-		if got, made := tc.c.HasTimeout(), attemptCtx != ctx; got != tc.want || made != tc.want {
-			t.Errorf("%v: HasTimeout() = %t, made an attempt context: %t; want %t", tc.c, got, made, tc.want)
+		var release func()
+		ctx, h := chain.WithHolder(context.Background())
+		_ = tc.c.Do(ctx, func(ctx context.Context) error {
+			attemptCtx, release = ctx, h.Hold()
+			return nil
+		})
+		made := attemptCtx != ctx
+		if got := tc.c.NeedsHolder(); got != tc.want || made != tc.want {
+			t.Errorf("%v: NeedsHolder() = %t, made an attempt context: %t; want %t", tc.c, got, made, tc.want)
 		}
+		if attemptCtx.Err() != nil {
+			t.Errorf("%v: a held attempt context was canceled when the call returned", tc.c)
+		}
+		release()
+	}
+	var nilChain *chain.Chain
+	if nilChain.NeedsHolder() {
+		t.Error("a nil chain needs a Holder")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -494,5 +496,47 @@ func TestPerTargetBreakers(t *testing.T) {
 	}
 	if len(breakers) != 2 {
 		t.Errorf("%d breakers, want 2", len(breakers))
+	}
+}
+
+// TestCallOptionsPassedThrough: the caller's call options reach the invoker
+// unchanged and in order, however many there are, with callguard's trailer
+// option after them only when the call may be retried; the caller's own
+// trailer is filled in, and the caller's slice is not touched.
+func TestCallOptionsPassedThrough(t *testing.T) {
+	c := must(chain.New(must(retry.New(retry.MaxAttempts(2)))))
+	for _, idempotent := range []bool{false, true} {
+		icpt := grpcmw.UnaryClientInterceptor(c, grpcmw.Idempotent("/s/Idem"))
+		method := "/s/Other"
+		if idempotent {
+			method = "/s/Idem"
+		}
+		for n := 0; n <= 6; n++ {
+			var callerTrailer metadata.MD
+			opts := []grpc.CallOption{grpc.Trailer(&callerTrailer)}
+			for len(opts) < n+1 {
+				opts = append(opts, grpc.WaitForReady(true))
+			}
+			orig := slices.Clone(opts)
+			var got []grpc.CallOption
+			err := icpt(context.Background(), method, nil, nil, nil, func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+				got = opts
+				return cannedInvoker(context.Background(), "", nil, nil, nil, opts...)
+			}, opts...)
+			wantLen := len(opts)
+			if idempotent {
+				wantLen++
+			}
+			switch {
+			case err != nil:
+				t.Fatal(err)
+			case len(got) != wantLen || !slices.Equal(got[:len(opts)], opts):
+				t.Errorf("idempotent %t, %d options: the invoker got %d options, want the caller's %d then %d more", idempotent, len(opts), len(got), len(opts), wantLen-len(opts))
+			case !slices.Equal(opts, orig):
+				t.Errorf("idempotent %t, %d options: the caller's slice was modified", idempotent, len(opts))
+			case callerTrailer == nil:
+				t.Errorf("idempotent %t, %d options: the caller's trailer was not filled in", idempotent, len(opts))
+			}
+		}
 	}
 }

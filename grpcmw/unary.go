@@ -38,7 +38,8 @@ func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInte
 }
 
 // unaryCall is one intercepted unary call: one allocation for its state,
-// its attempts' call options and the trailer they fill in.
+// its attempts' call options (up to three of the caller's; more take a
+// slice of their own) and the trailer they fill in.
 type unaryCall struct {
 	cfg         *config
 	callerCtx   context.Context

@@ -384,26 +384,32 @@ type closeSpy struct {
 
 func (c *closeSpy) Close() error { *c.closed = true; return nil }
 
-// TestAttemptContextLivesUntilBodyClosed: with an attempt timeout, the body
-// arrives after RoundTrip returned and is still readable.
+// TestAttemptContextLivesUntilBodyClosed: with an attempt timeout, in the
+// chain or in a chain nested in it, the body arrives after RoundTrip
+// returned and is still readable.
 func TestAttemptContextLivesUntilBodyClosed(t *testing.T) {
-	srv, client, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
-		return testserver.HTTPAnswer{Body: "late body", BodyDelay: 100 * time.Millisecond}
-	}, must(chain.New(must(timeout.New(5*time.Second)))))
-	resp, err := client.Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || string(body) != "late body" {
-		t.Errorf("body %q, %v; want it whole", body, err)
+	for _, c := range []*chain.Chain{
+		must(chain.New(must(timeout.New(5 * time.Second)))),
+		must(chain.New(threeAttempts(), must(chain.New(must(timeout.New(5*time.Second)))))),
+	} {
+		srv, client, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			return testserver.HTTPAnswer{Body: "late body", BodyDelay: 100 * time.Millisecond}
+		}, c)
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || string(body) != "late body" {
+			t.Errorf("%v: body %q, %v; want it whole", c, body, err)
+		}
 	}
 	// And the attempt timeout still bounds the body.
 	srv2, client2, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
 		return testserver.HTTPAnswer{Body: "too late", BodyDelay: time.Second}
 	}, must(chain.New(must(timeout.New(200*time.Millisecond)))))
-	resp, err = client2.Get(srv2.URL)
+	resp, err := client2.Get(srv2.URL)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,8 +166,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
 	ctx := req.Context()
-	if c.HasTimeout() {
-		// The chain makes attempt contexts: the returned body must keep its own.
+	if c.NeedsHolder() {
+		// The chain may make attempt contexts: the returned body must keep its own.
 		ctx, x.holder = chain.WithHolder(ctx)
 	}
 	err = c.Do(ctx, x.attempt)
