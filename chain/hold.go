@@ -41,8 +41,8 @@ func (c *holderCtx) Value(key any) any {
 	return c.Context.Value(key)
 }
 
-// Hold, called by the call during an attempt, keeps the attempt's context
-// from being canceled when the call returns. The returned release cancels it
+// Hold keeps the attempt's context from being canceled when the call
+// returns; the call calls it during the attempt. The returned release cancels it
 // and must be called once the result is done with; it is safe to call more
 // than once. Without an attempt context it returns a release that does
 // nothing.
