@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -166,26 +167,131 @@ func TestZeroAllocRetryBreaker(t *testing.T) {
 func TestHolder(t *testing.T) {
 	c := must(chain.New(to(time.Minute)))
 	var kept context.Context
-	ctx, h := chain.WithHolder(context.Background())
-	var release func()
+	ctx := chain.WithHolder(context.Background())
+	var held *chain.Held
 	_ = c.Do(ctx, func(ctx context.Context) error {
 		kept = ctx
-		release = h.Hold()
+		held = chain.Hold(ctx)
 		return nil
 	})
 	if kept.Err() != nil {
 		t.Fatal("held attempt context canceled when the call returned")
 	}
-	release()
+	held.Release()
 	if kept.Err() == nil {
 		t.Fatal("release did not cancel the attempt context")
 	}
+	held.Release() // twice is fine
 	_ = c.Do(ctx, func(ctx context.Context) error { kept = ctx; return nil })
 	if kept.Err() == nil {
 		t.Fatal("an attempt context that was not held outlived its call")
 	}
+	// Without WithHolder, Hold has nothing to hold.
+	_ = c.Do(context.Background(), func(ctx context.Context) error {
+		kept, held = ctx, chain.Hold(ctx)
+		return nil
+	})
+	if kept.Err() == nil || held != nil {
+		t.Fatal("Hold kept an attempt context without WithHolder")
+	}
+	held.Release() // nil: does nothing
 	if ps := c.Policies(); len(ps) != 1 {
 		t.Fatalf("Policies() = %v", ps)
+	}
+}
+
+// capture is a user's own policy that keeps the context it was given.
+type capture struct{ ctx context.Context }
+
+func (c *capture) Do(ctx context.Context, call func(context.Context) error) error {
+	c.ctx = ctx
+	return call(ctx)
+}
+
+// hedge is a user's own policy that runs two calls at once and returns the
+// first result.
+type hedge struct{}
+
+func (hedge) Do(ctx context.Context, call func(context.Context) error) error {
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- call(ctx) }()
+	}
+	err := <-errs
+	<-errs
+	return err
+}
+
+// TestHolderNested: attempt contexts nested through a policy of the user's
+// or a nested chain are all canceled when their calls return; a Hold on
+// the inner one keeps the outer one too, until released; concurrent
+// attempts under a hedging policy each have their own.
+func TestHolderNested(t *testing.T) {
+	outer := &capture{}
+	for _, c := range []*chain.Chain{
+		must(chain.New(to(time.Hour), outer, rt(), to(time.Minute))),
+		must(chain.New(to(time.Hour), outer, must(chain.New(to(time.Minute))))),
+		must(chain.New(to(time.Hour), outer, hedge{}, to(time.Minute))),
+	} {
+		for _, hold := range []bool{false, true} {
+			var mu sync.Mutex
+			var inner []context.Context
+			var releases []*chain.Held
+			ctx := chain.WithHolder(context.Background())
+			err := c.Do(ctx, func(ctx context.Context) error {
+				mu.Lock()
+				defer mu.Unlock()
+				inner = append(inner, ctx)
+				if hold {
+					releases = append(releases, chain.Hold(ctx))
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, ok := inner[0].Deadline()
+			if !ok || time.Until(dl) > time.Minute || outer.ctx == nil {
+				t.Fatalf("%v: the call's deadline is %v away, want the inner timeout's minute", c, time.Until(dl))
+			}
+			if _, ok := outer.ctx.Deadline(); !ok || outer.ctx == inner[0] {
+				t.Fatalf("%v: the outer policy saw no attempt context of its own", c)
+			}
+			inner = append(inner, outer.ctx)
+			for _, ic := range inner {
+				if alive := ic.Err() == nil; alive != hold {
+					t.Errorf("%v, hold %t: attempt context alive after the call: %t", c, hold, alive)
+				}
+			}
+			for _, h := range releases {
+				h.Release()
+			}
+			for _, ic := range inner {
+				if ic.Err() == nil {
+					t.Errorf("%v, hold %t: attempt context alive after release", c, hold)
+				}
+			}
+		}
+	}
+}
+
+// TestPanicCancelsAttempt: a call that panics does not leave its attempt
+// context to its deadline, with or without WithHolder.
+func TestPanicCancelsAttempt(t *testing.T) {
+	c := must(chain.New(to(time.Hour)))
+	for _, ctx := range []context.Context{context.Background(), chain.WithHolder(context.Background())} {
+		var actx context.Context
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("the panic did not go on")
+				}
+			}()
+			_ = c.Do(ctx, func(ctx context.Context) error { actx = ctx; panic("boom") })
+		}()
+		if actx.Err() == nil {
+			t.Error("an attempt context outlived a panicking call")
+		}
 	}
 }
 
@@ -206,10 +312,10 @@ func TestNeedsHolder(t *testing.T) {
 		{must(chain.New(must(retry.New()), inner)), true},
 	} {
 		var attemptCtx context.Context
-		var release func()
-		ctx, h := chain.WithHolder(context.Background())
+		var held *chain.Held
+		ctx := chain.WithHolder(context.Background())
 		_ = tc.c.Do(ctx, func(ctx context.Context) error {
-			attemptCtx, release = ctx, h.Hold()
+			attemptCtx, held = ctx, chain.Hold(ctx)
 			return nil
 		})
 		made := attemptCtx != ctx
@@ -219,7 +325,7 @@ func TestNeedsHolder(t *testing.T) {
 		if attemptCtx.Err() != nil {
 			t.Errorf("%v: a held attempt context was canceled when the call returned", tc.c)
 		}
-		release()
+		held.Release()
 	}
 	var nilChain *chain.Chain
 	if nilChain.NeedsHolder() {

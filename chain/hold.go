@@ -1,76 +1,131 @@
 package chain
 
-import "context"
+import (
+	"context"
+	"sync"
+)
 
-type holdKey struct{}
+// holdKey marks a context from [WithHolder]; attemptKey finds the attempt
+// record of an attempt context.
+type (
+	holdKey    struct{}
+	attemptKey struct{}
+)
 
-// Holder lets a call keep its attempt's context alive after the call
-// returns, for results that are used later, such as an HTTP response body
-// read after RoundTrip. Normally the chain cancels the context it made for
+// WithHolder returns ctx marked so that the calls [Chain.Do] runs under it
+// can keep their attempt contexts alive after they return, with [Hold]:
+// for results used later, such as an HTTP response body read after
+// RoundTrip. Without the mark, the chain cancels the context it made for
 // an attempt (the fused deadline of its timeouts) as soon as the call
-// returns; under a context from [WithHolder], a call that calls
-// [Holder.Hold] takes that cancellation over and must release it.
-//
-// A Holder serves one call of [Chain.Do] at a time: its attempts run one
-// after another; it is not safe for concurrent use. Get one from
-// [WithHolder]; a zero Holder has no context to hold, and its Hold returns a
-// release that does nothing.
-type Holder struct {
-	cancel context.CancelFunc // of the current attempt's context, if the chain made one
-	held   bool
+// returns. Under it, each attempt context carries a record of its own (one
+// allocation per attempt), so attempts may run one after another or at
+// once (under a hedging policy of your own), and nested chains nest.
+func WithHolder(ctx context.Context) context.Context {
+	return context.WithValue(ctx, holdKey{}, true)
 }
 
-// WithHolder returns a context for [Chain.Do] and the Holder that its
-// attempts can use (one allocation for both). The chain finds the Holder
-// only when it makes an attempt context (looking it up costs one
-// ctx.Value).
-func WithHolder(ctx context.Context) (context.Context, *Holder) {
-	hc := &holderCtx{Context: ctx}
-	return hc, &hc.h
-}
-
-type holderCtx struct {
-	context.Context
-	h Holder
-}
-
-func (c *holderCtx) Value(key any) any {
-	if key == (holdKey{}) {
-		return &c.h
+// Hold keeps the attempt context that ctx is, or is derived from, from being
+// canceled when the call returns: a call that runs under a context from
+// [WithHolder] calls it with the context it was given, and must call
+// [Held.Release] once the result is done with. Without an attempt context
+// to hold (no timeout, or no [WithHolder]) it returns nil, whose Release
+// does nothing.
+func Hold(ctx context.Context) *Held {
+	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	if a == nil {
+		return nil
 	}
-	return c.Context.Value(key)
-}
-
-// Hold keeps the attempt's context from being canceled when the call
-// returns; the call calls it during the attempt. The returned release cancels it
-// and must be called once the result is done with; it is safe to call more
-// than once. Without an attempt context it returns a release that does
-// nothing.
-func (h *Holder) Hold() (release context.CancelFunc) {
-	c := h.cancel
-	if c == nil {
-		return noRelease
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.held {
+		a.held = true
+		for p := a.parent; p != nil; p = p.parent {
+			p.holds++
+		}
 	}
-	h.held = true
-	return c
+	return (*Held)(a)
 }
 
-func noRelease() {}
+// Held is an attempt context taken over by [Hold].
+type Held attempt
 
-// begin records the cancellation of a new attempt's context.
-func (h *Holder) begin(cancel context.CancelFunc) {
-	h.cancel, h.held = cancel, false
-}
-
-// finish cancels the attempt's context unless the call held it.
-func (h *Holder) finish() {
-	if !h.held && h.cancel != nil {
-		h.cancel()
+// Release cancels the held attempt context, and the attempt contexts of the
+// chains around it once their own calls have returned too. It is safe to
+// call more than once, from any goroutine, and on nil.
+func (h *Held) Release() {
+	if h != nil {
+		(*attempt)(h).release()
 	}
-	h.cancel, h.held = nil, false
 }
 
-func holderFrom(ctx context.Context) *Holder {
-	h, _ := ctx.Value(holdKey{}).(*Holder)
-	return h
+// attempt is an attempt context made under [WithHolder], with what decides
+// when it is canceled: once its call has returned (done), unless a Hold on
+// it (held) or on an attempt nested in it (holds) is not yet released.
+type attempt struct {
+	context.Context // the attempt's own, from context.WithDeadlineCause
+	cancel          context.CancelFunc
+	parent          *attempt    // the attempt context this one was made under
+	mu              *sync.Mutex // shared by an outermost attempt and those nested in it
+	own             sync.Mutex  // mu, for an outermost attempt
+
+	held     bool // Hold took the cancellation over; release gives it back
+	holds    int  // Holds on nested attempts not yet released
+	done     bool // its call has returned
+	canceled bool
+}
+
+// newAttempt wraps the attempt context actx made under ctx.
+func newAttempt(ctx, actx context.Context, cancel context.CancelFunc) *attempt {
+	a := &attempt{Context: actx, cancel: cancel}
+	a.parent, _ = ctx.Value(attemptKey{}).(*attempt)
+	a.mu = &a.own
+	if a.parent != nil {
+		a.mu = a.parent.mu
+	}
+	return a
+}
+
+// Value finds the attempt record; other keys go to the attempt context, so
+// that contexts derived from it register with it as with any
+// context.WithDeadline.
+func (a *attempt) Value(key any) any {
+	if key == (attemptKey{}) {
+		return a
+	}
+	return a.Context.Value(key)
+}
+
+// finish records that the attempt's call has returned, canceling its
+// context unless it is held. The chain defers it, so a panic cancels too.
+func (a *attempt) finish() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.done = true
+	a.maybeCancel()
+}
+
+func (a *attempt) release() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.held {
+		return
+	}
+	a.held = false
+	a.maybeCancel()
+	for p := a.parent; p != nil; p = p.parent {
+		p.holds--
+		p.maybeCancel()
+	}
+}
+
+// maybeCancel cancels the attempt context once nothing keeps it; a.mu held.
+func (a *attempt) maybeCancel() {
+	if a.done && !a.held && a.holds == 0 && !a.canceled {
+		a.canceled = true
+		a.cancel()
+	}
+}
+
+func holdable(ctx context.Context) bool {
+	return ctx.Value(holdKey{}) != nil
 }

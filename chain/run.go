@@ -95,18 +95,13 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 		return call(ctx)
 	}
 	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, c.steps[f.owner].t.Cause(f.timeout))
-	var err error
-	if h := holderFrom(ctx); h != nil {
-		h.begin(cancel) // the call may take the cancellation over
-		err = call(actx)
-		err = attemptError(ctx, actx, f, err)
-		h.finish()
-		return err
+	if holdable(ctx) {
+		a := newAttempt(ctx, actx, cancel) // the call may take the cancellation over
+		defer a.finish()
+		return attemptError(ctx, actx, f, call(a))
 	}
-	err = call(actx)
-	err = attemptError(ctx, actx, f, err)
-	cancel()
-	return err
+	defer cancel()
+	return attemptError(ctx, actx, f, call(actx))
 }
 
 // attemptError reports an attempt that the fused deadline ended as a

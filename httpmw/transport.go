@@ -168,7 +168,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	if c.NeedsHolder() {
 		// The chain may make attempt contexts: the returned body must keep its own.
-		ctx, x.holder = chain.WithHolder(ctx)
+		ctx = chain.WithHolder(ctx)
 	}
 	err = c.Do(ctx, x.attempt)
 	if x.attempts == 0 {
@@ -201,10 +201,9 @@ type exchange struct {
 	t        *transport
 	req      *http.Request
 	mayRetry bool
-	holder   *chain.Holder // nil when the chain makes no attempt contexts
 	attempts int
 	last     *http.Response
-	release  context.CancelFunc // of last's attempt context
+	held     *chain.Held // last's attempt context, if the chain made one
 
 	body   io.ReadCloser // the returned response's body
 	closed sync.Once
@@ -238,10 +237,7 @@ func (x *exchange) attempt(actx context.Context) error {
 		}
 		return breaker.NotFailure(retry.Permanent(err))
 	}
-	x.last, x.release = resp, noRelease
-	if x.holder != nil {
-		x.release = x.holder.Hold()
-	}
+	x.last, x.held = resp, chain.Hold(actx)
 	if !cfg.failure(resp, nil) {
 		return nil
 	}
@@ -256,8 +252,8 @@ func (x *exchange) attempt(actx context.Context) error {
 func (x *exchange) discard() {
 	if x.last != nil {
 		drainClose(x.last.Body, x.t.cfg.drainUpTo)
-		x.release()
-		x.last = nil
+		x.held.Release()
+		x.last, x.held = nil, nil
 	}
 }
 
@@ -267,7 +263,7 @@ func (x *exchange) Read(p []byte) (int, error) { return x.body.Read(p) }
 // Close closes the body and releases the attempt's context.
 func (x *exchange) Close() error {
 	err := x.body.Close()
-	x.closed.Do(x.release)
+	x.closed.Do(x.held.Release)
 	return err
 }
 
@@ -281,8 +277,6 @@ func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
 	}
 	return t.cfg.source.Get(key)
 }
-
-func noRelease() {}
 
 func permanentUnless(mayRetry bool, err error) error {
 	if mayRetry {
