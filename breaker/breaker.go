@@ -178,6 +178,9 @@ func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 }
 
 func (b *Breaker) allowGobreaker() (func(error), error) {
+	if b.gb == nil {
+		return nil, errZero
+	}
 	done, err := b.gb.Allow()
 	b.note.deliver()
 	if err != nil {
@@ -255,7 +258,10 @@ func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) erro
 	return err
 }
 
-var errPanicked = errors.New("breaker: call panicked")
+var (
+	errPanicked = errors.New("breaker: call panicked")
+	errZero     = errors.New("breaker: a zero Breaker admits no call; make one with breaker.New")
+)
 
 // State returns the current state. An open breaker whose stay has ended
 // reports half-open (or closed with SkipHalfOpen), as the next call would
@@ -263,6 +269,9 @@ var errPanicked = errors.New("breaker: call panicked")
 func (b *Breaker) State() State {
 	if b.m != nil {
 		return b.m.state()
+	}
+	if b.gb == nil {
+		return StateOpen // a zero Breaker: it admits nothing
 	}
 	st := b.gb.State()
 	b.note.deliver()
@@ -282,7 +291,7 @@ func (b *Breaker) Counts() Counts {
 	c.Requests = c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes
 	if b.m != nil {
 		b.m.fill(&c)
-	} else {
+	} else if b.gb != nil {
 		c.ConsecutiveFailures = uint64(b.gb.Counts().ConsecutiveFailures)
 	}
 	return c

@@ -99,3 +99,20 @@ func TestSuccessPathAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestZeroBreaker: a zero Breaker admits nothing and says how to make one;
+// nothing panics.
+func TestZeroBreaker(t *testing.T) {
+	var b breaker.Breaker
+	called := false
+	err := b.Do(context.Background(), func(context.Context) error { called = true; return nil })
+	_, aerr := b.Allow(context.Background())
+	for _, e := range []error{err, aerr} {
+		if e == nil || called || !strings.Contains(e.Error(), "breaker.New") {
+			t.Errorf("zero Breaker: %v, called %t; want an error pointing to breaker.New", e, called)
+		}
+	}
+	if st, c := b.State(), b.Counts(); st != breaker.StateOpen || c.Requests != 0 {
+		t.Errorf("zero Breaker: state %v, counts %+v", st, c)
+	}
+}

@@ -73,8 +73,11 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	c := &Chain{steps: make([]step, 0, len(policies))}
 	names := make([]string, 0, len(policies))
 	for i, p := range policies {
-		if p == nil || isNilPointer(p) {
+		if p == nil || isNil(p) {
 			return nil, fmt.Errorf("chain: policy %d is nil", i)
+		}
+		if zeroValue(p) {
+			return nil, fmt.Errorf("chain: policy %d is a zero %T; make it with its package's New", i, p)
 		}
 		s := step{kind: kindOpaque, p: p}
 		switch v := p.(type) {
@@ -134,9 +137,29 @@ func (o Options) ignored(code string) bool {
 	return false
 }
 
-func isNilPointer(p Policy) bool {
+func isNil(p Policy) bool {
 	v := reflect.ValueOf(p)
-	return v.Kind() == reflect.Pointer && v.IsNil()
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Func, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// zeroValue reports a callguard policy that was not made by its package's
+// New (whose zero value does nothing useful). A zero fallback passes
+// through, as documented, and is allowed.
+func zeroValue(p Policy) bool {
+	switch v := p.(type) {
+	case *retry.Policy:
+		return v.Attempts() == 0
+	case *timeout.Policy:
+		return v.Timeout() == 0
+	case *breaker.Breaker:
+		s := v.Settings() // New fills in every default; FromGobreaker sets Engine
+		return s.OpenTimeout == 0 && s.Engine != breaker.EngineGobreaker
+	}
+	return false
 }
 
 func describe(p Policy) string {

@@ -332,3 +332,36 @@ func TestNeedsHolder(t *testing.T) {
 		t.Error("a nil chain needs a Holder")
 	}
 }
+
+// TestFallbackWithinTimeout: a fallback inside a timeout runs within it: a
+// fallback slower than the deadline ends with the timeout's error, as the
+// same policies nested by hand do.
+func TestFallbackWithinTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := must(fallback.New(func(ctx context.Context, err error) error {
+			select {
+			case <-time.After(time.Hour):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, fallback.OnAnyFailure()))
+		c := must(chain.New(to(100*time.Millisecond), slow))
+		start := time.Now()
+		err := c.Do(context.Background(), func(context.Context) error { return errDown })
+		if !timeout.Expired(err) || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("got %v after %v; want the timeout's error at 100ms", err, time.Since(start))
+		}
+		byHand := to(100*time.Millisecond).Do(context.Background(), func(ctx context.Context) error {
+			return slow.Do(ctx, func(context.Context) error { return errDown })
+		})
+		if !timeout.Expired(byHand) {
+			t.Errorf("by hand: %v, want the timeout's error", byHand)
+		}
+		// A quick fallback still answers.
+		quick := must(fallback.New(func(context.Context, error) error { return nil }, fallback.OnAnyFailure()))
+		if err := must(chain.New(to(100*time.Millisecond), quick)).Do(context.Background(), func(context.Context) error { return errDown }); err != nil {
+			t.Errorf("quick fallback: %v", err)
+		}
+	})
+}

@@ -2,6 +2,7 @@ package chain_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	"github.com/sony/gobreaker/v2"
 )
 
 func must[T any](v T, err error) T {
@@ -191,11 +193,38 @@ func TestRules(t *testing.T) {
 	}
 }
 
+// policyFunc is a user's policy written as a function.
+type policyFunc func(context.Context, func(context.Context) error) error
+
+func (f policyFunc) Do(ctx context.Context, call func(context.Context) error) error {
+	return f(ctx, call)
+}
+
 func TestNilPolicy(t *testing.T) {
 	var b *breaker.Breaker
-	for _, ps := range [][]chain.Policy{{nil}, {rt(), b}} {
+	var f policyFunc
+	for _, ps := range [][]chain.Policy{{nil}, {rt(), b}, {f}} {
 		if c, err := chain.New(ps...); c != nil || err == nil || !strings.Contains(err.Error(), "is nil") {
 			t.Errorf("New(%v) = %v, %v; want an error naming the nil policy", ps, c, err)
 		}
+	}
+}
+
+// TestZeroPolicies: a callguard policy not made by its package's New is
+// refused by name, not left to fail at run time; a zero fallback passes
+// through, as documented.
+func TestZeroPolicies(t *testing.T) {
+	for _, p := range []chain.Policy{&retry.Policy{}, &timeout.Policy{}, &breaker.Breaker{}} {
+		c, err := chain.New(rt(), p)
+		if c != nil || err == nil || !strings.Contains(err.Error(), fmt.Sprintf("zero %T", p)) {
+			t.Errorf("New(retry, zero %T) = %v, %v; want an error naming it", p, c, err)
+		}
+	}
+	if _, err := chain.New(rt(), &fallback.Policy{}); err != nil {
+		t.Errorf("zero fallback refused: %v", err)
+	}
+	gb := must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{})))
+	if _, err := chain.New(rt(), gb); err != nil {
+		t.Errorf("an adapted gobreaker refused: %v", err)
 	}
 }

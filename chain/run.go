@@ -64,11 +64,14 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		return err
 
 	case kindFallback:
-		err := c.run(ctx, i+1, f, call)
-		if s.f.Covers(ctx, err) {
-			return s.f.Fallback(ctx, err)
+		if f.owner >= 0 {
+			// The fallback runs within the timeouts around it: make their
+			// deadline a context first, as for an opaque policy.
+			return c.call(ctx, f, func(ctx context.Context) error {
+				return c.fallback(ctx, i, frame{owner: -1}, call)
+			})
 		}
-		return err
+		return c.fallback(ctx, i, f, call)
 	}
 
 	// An opaque policy sees a real context: turn the pending deadline into
@@ -83,6 +86,16 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 	return s.p.Do(ctx, func(ctx context.Context) error {
 		return c.run(ctx, i+1, frame{owner: -1}, call)
 	})
+}
+
+// fallback runs the fallback step i and everything inside it.
+func (c *Chain) fallback(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	s := &c.steps[i]
+	err := c.run(ctx, i+1, f, call)
+	if s.f.Covers(ctx, err) {
+		return s.f.Fallback(ctx, err)
+	}
+	return err
 }
 
 // call runs call with the pending deadline, making the one context of the

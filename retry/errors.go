@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -42,13 +43,15 @@ func (r Reason) String() string {
 }
 
 // ExhaustedError is returned when retries end without a success. It unwraps
-// to the last attempt's error, and for ReasonCanceled also matches the
-// caller's context error.
+// to the last attempt's error, and for ReasonCanceled also to the caller's
+// context error (context.Canceled or context.DeadlineExceeded) and its
+// cause, if the context was canceled with one.
 type ExhaustedError struct {
 	Attempts int   // attempts made
 	Last     error // the last attempt's error
 	Reason   Reason
-	cause    error
+	ctxErr   error // ReasonCanceled: ctx.Err()
+	cause    error // ReasonCanceled: context.Cause(ctx), if not ctxErr
 }
 
 // Error says how many attempts were made, why the retry stopped, and the
@@ -58,12 +61,25 @@ func (e *ExhaustedError) Error() string {
 }
 
 // Unwrap returns the last attempt's error and, after a cancellation, the
-// context's cause.
+// context's error and cause.
 func (e *ExhaustedError) Unwrap() []error {
-	if e.cause != nil {
-		return []error{e.Last, e.cause}
+	errs := []error{e.Last}
+	if e.ctxErr != nil {
+		errs = append(errs, e.ctxErr)
 	}
-	return []error{e.Last}
+	if e.cause != nil {
+		errs = append(errs, e.cause)
+	}
+	return errs
+}
+
+// canceled is the ExhaustedError of a wait that ctx ended.
+func canceled(ctx context.Context, attempts int, last error) *ExhaustedError {
+	e := &ExhaustedError{Attempts: attempts, Last: last, Reason: ReasonCanceled, ctxErr: ctx.Err()}
+	if cause := context.Cause(ctx); cause != e.ctxErr {
+		e.cause = cause
+	}
+	return e
 }
 
 // Pushback is implemented by errors that carry a server's retry advice, such

@@ -21,6 +21,9 @@ const (
 	DefaultMaxPushback = 30 * time.Second
 )
 
+// MaxAttemptsLimit is the most attempts [MaxAttempts] accepts.
+const MaxAttemptsLimit = 10000
+
 // Policy retries failed calls. It is safe for concurrent use; all calls
 // share its budget, if it has one. Create one with [New]; the zero value is
 // not usable.
@@ -56,11 +59,14 @@ func bad(c *config, format string, args ...any) {
 }
 
 // MaxAttempts sets the number of attempts, counting the first call (default
-// 3). MaxAttempts(1) never retries.
+// 3), at most [MaxAttemptsLimit]. MaxAttempts(1) never retries.
 func MaxAttempts(n int) Option {
 	return optionFunc(func(c *config) {
-		if n < 1 {
+		switch {
+		case n < 1:
 			bad(c, "MaxAttempts(%d): must be >= 1 (it counts the first call)", n)
+		case n > MaxAttemptsLimit:
+			bad(c, "MaxAttempts(%d): at most %d; to retry until a deadline, bound the retries by the deadline or a budget instead", n, MaxAttemptsLimit)
 		}
 		c.attempts = n
 	})
@@ -187,6 +193,9 @@ func (p *Policy) RetriesWhenOpen() bool { return p.whenOpen }
 // Waits returns the nominal waits between attempts (without jitter or
 // pushback): Attempts()-1 durations.
 func (p *Policy) Waits() []time.Duration {
+	if p.attempts < 2 {
+		return nil
+	}
 	w := make([]time.Duration, 0, p.attempts-1)
 	exact := *p
 	exact.jitter = 0
@@ -273,7 +282,7 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonCanceled, cause: context.Cause(ctx)}
+				return canceled(ctx, attempt, err)
 			case <-t.C:
 			}
 		}

@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -142,6 +143,17 @@ func TestCancelDuringWaitReturnsAtOnce(t *testing.T) {
 		if !errors.As(err, &ex) || ex.Reason != retry.ReasonCanceled || !errors.Is(err, context.Canceled) || !errors.Is(err, errDown) || time.Since(start) != time.Second {
 			t.Errorf("got %v after %v; want a cancellation at 1 s matching context.Canceled and the last error", err, time.Since(start))
 		}
+		// Canceled with a cause: the error matches both.
+		shutdown := errors.New("shutting down")
+		cctx, ccancel := context.WithCancelCause(context.Background())
+		go func() {
+			time.Sleep(time.Second)
+			ccancel(shutdown)
+		}()
+		err = p.Do(cctx, func(context.Context) error { return errDown })
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, shutdown) || !errors.Is(err, errDown) {
+			t.Errorf("canceled with a cause: got %v; want it to match context.Canceled, the cause and the last error", err)
+		}
 		// An error after the caller's own cancellation is not retried.
 		calls := 0
 		_ = p.Do(ctx, func(context.Context) error { calls++; return errDown })
@@ -191,6 +203,8 @@ func TestInvalidOptions(t *testing.T) {
 		name string
 	}{
 		{retry.MaxAttempts(0), "MaxAttempts(0)"},
+		{retry.MaxAttempts(retry.MaxAttemptsLimit + 1), "MaxAttempts(10001)"},
+		{retry.MaxAttempts(math.MaxInt), "MaxAttempts("},
 		{retry.Constant(-time.Second), "Constant(-1s)"},
 		{retry.Exponential(time.Second, time.Millisecond), "Exponential(1s, 1ms)"},
 		{retry.Exponential(-time.Second, time.Second), "Exponential(-1s, 1s)"},
@@ -245,4 +259,16 @@ func TestContinue(t *testing.T) {
 			t.Errorf("Continue(nil error) = %v", err)
 		}
 	})
+}
+
+// TestMostAttempts: the most attempts allowed has its waits listed, and the
+// zero Policy none.
+func TestMostAttempts(t *testing.T) {
+	p := mustNew(t, retry.MaxAttempts(retry.MaxAttemptsLimit))
+	if n := len(p.Waits()); n != retry.MaxAttemptsLimit-1 {
+		t.Errorf("%d waits, want %d", n, retry.MaxAttemptsLimit-1)
+	}
+	if w := (&retry.Policy{}).Waits(); w != nil {
+		t.Errorf("zero Policy waits %v, want none", w)
+	}
 }

@@ -2,6 +2,7 @@ package timeout
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
@@ -71,8 +72,8 @@ func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 	switch {
 	case !(o.Quantile > 0 && o.Quantile <= 1):
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.Quantile = %v: must be within (0, 1]", o.Quantile)
-	case !(o.Multiplier >= 1):
-		return nil, fmt.Errorf("timeout: AdaptiveOptions.Multiplier = %v: must be >= 1", o.Multiplier)
+	case !(o.Multiplier >= 1) || math.IsInf(o.Multiplier, 1):
+		return nil, fmt.Errorf("timeout: AdaptiveOptions.Multiplier = %v: must be finite and >= 1", o.Multiplier)
 	case o.Min < 0:
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.Min = %v: must be >= 0", o.Min)
 	case o.Max < o.Min:
@@ -169,8 +170,9 @@ func (t *tracker) recompute(e int64) {
 	for i, n := range hist {
 		seen += n
 		if seen >= rank {
-			v := time.Duration(float64(upper(i)) * t.mult)
-			t.value.Store(int64(min(max(v, t.min), t.max)))
+			// Clamp in float64: a product past MaxInt64 would not convert.
+			v := min(max(float64(upper(i))*t.mult, float64(t.min)), float64(t.max))
+			t.value.Store(int64(v))
 			return
 		}
 	}

@@ -153,6 +153,9 @@ func (p *Policy) String() string {
 // context.DeadlineExceeded); otherwise the call's own result.
 func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
 	d := p.Timeout()
+	if d <= 0 {
+		return errZero
+	}
 	var start time.Time
 	if dl, ok := ctx.Deadline(); ok {
 		start = time.Now()
@@ -169,17 +172,19 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 		cause = &Error{Timeout: d}
 	}
 	actx, cancel := context.WithTimeoutCause(ctx, d, cause)
+	defer cancel() // also when call panics
 	err := call(actx)
 	// Ours if our context ended, or its deadline passed (the downstream may
 	// report the deadline it was sent before our timer fires).
 	fired := err != nil && ctx.Err() == nil && (actx.Err() != nil || deadlinePassed(actx))
-	cancel()
 	p.observe(start, err, fired)
 	if fired && err != nil {
 		return &Error{Timeout: d, Err: err}
 	}
 	return err
 }
+
+var errZero = errors.New("timeout: a zero Policy has no timeout; make one with timeout.New")
 
 func deadlinePassed(ctx context.Context) bool {
 	dl, ok := ctx.Deadline()
@@ -213,7 +218,7 @@ func (p *Policy) Deadline(now time.Time) (time.Time, time.Duration) {
 // with timeout d reports as its cause (see context.Cause): a *Error, made
 // once for the policy's fixed timeout.
 func (p *Policy) Cause(d time.Duration) error {
-	if d == p.cause.Timeout {
+	if p.cause != nil && d == p.cause.Timeout {
 		return p.cause
 	}
 	return &Error{Timeout: d}

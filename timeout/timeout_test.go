@@ -3,6 +3,7 @@ package timeout_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -132,6 +133,8 @@ func TestInvalid(t *testing.T) {
 		{time.Second, timeout.Latency(0.9, 0), "Latency(0.9, 0s)"},
 		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 2}), "Quantile"},
 		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Multiplier: 0.5}), "Multiplier"},
+		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Multiplier: math.Inf(1)}), "Multiplier"},
+		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Multiplier: math.NaN()}), "Multiplier"},
 		{time.Second, timeout.Adaptive(timeout.AdaptiveOptions{Min: time.Second, Max: time.Millisecond}), "Max"},
 		{time.Second, nil, "nil Option"},
 	} {
@@ -143,5 +146,53 @@ func TestInvalid(t *testing.T) {
 		if p != nil || err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("%s: got %v, %v; want an error naming it", tc.name, p, err)
 		}
+	}
+}
+
+// TestAdaptiveHugeMultiplierClampsToMax: a multiplier whose product passes
+// what a time.Duration holds gives Max, not Min.
+func TestAdaptiveHugeMultiplierClampsToMax(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+			Multiplier: 1e12, Min: 10 * time.Millisecond, Max: time.Hour, MinSamples: 10,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 200 {
+			_ = p.Do(context.Background(), func(context.Context) error {
+				time.Sleep(20 * time.Millisecond)
+				return nil
+			})
+		}
+		if got := p.Timeout(); got != time.Hour {
+			t.Errorf("adaptive timeout %v with a 1e12 multiplier, want Max (1h)", got)
+		}
+	})
+}
+
+// TestZeroPolicy: a zero Policy runs nothing and says how to make one.
+func TestZeroPolicy(t *testing.T) {
+	called := false
+	err := (&timeout.Policy{}).Do(context.Background(), func(context.Context) error { called = true; return nil })
+	if err == nil || called || !strings.Contains(err.Error(), "timeout.New") {
+		t.Errorf("zero Policy: %v, called %t; want an error pointing to timeout.New", err, called)
+	}
+}
+
+// TestPanicCancels: a call that panics does not leave its context to the
+// deadline.
+func TestPanicCancels(t *testing.T) {
+	p, err := timeout.New(time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actx context.Context
+	func() {
+		defer func() { _ = recover() }()
+		_ = p.Do(context.Background(), func(ctx context.Context) error { actx = ctx; panic("boom") })
+	}()
+	if actx == nil || actx.Err() == nil {
+		t.Error("the context of a panicking call was left to its deadline")
 	}
 }
