@@ -39,12 +39,24 @@
 //
 // # Streams
 //
-// The breaker and the timeouts guard a stream's establishment: until its
-// first response message, which must come within the soonest timeout of
-// the chain once the client has closed its send side (so an upload, or a
-// bidi call still sending, is not cut short). A stream is retried only before that first message, once the
+// The breakers admit each attempt at a stream and learn its final outcome
+// (io.EOF is a success). The soonest timeout of the chain, or what is left
+// of an overall one, bounds each attempt's creation and then the wait for
+// its first response message once the client has closed its send side (so
+// an upload, or a bidi call still sending, is not cut short); not the
+// stream's life. A timeout outside a breaker is neutral to it, as for unary
+// calls.
+//
+// A stream is retried only before its first response message, once the
 // client has closed its send side (server-streaming calls always have), and
-// only while the messages it sent fit a bounded buffer ([StreamBuffer]); the
-// breaker learns the stream's final outcome. Fallbacks and opaque policies
-// do not apply to streams.
+// only while the proto messages it sent fit a bounded replay buffer
+// ([StreamBuffer]: at most 1024 messages and 64 KiB, so that a replay never
+// blocks on flow control). Meanwhile a send that meets the end of the
+// stream returns nil, since the message will be replayed; past the buffer,
+// or with no retry left, it returns io.EOF as grpc-go does.
+//
+// The caller's own cancellation, ClientConn.Close and a send that fails on
+// the client's side (such as a message over grpc.MaxCallSendMsgSize) are
+// neutral to the breakers, whether or not the caller calls RecvMsg again.
+// Fallbacks and opaque policies do not apply to streams.
 package grpcmw

@@ -84,12 +84,19 @@ func PerKey(key func(ctx context.Context, method string, cc *grpc.ClientConn) st
 }
 
 // StreamBuffer bounds what a stream keeps to replay on a retry: at most
-// msgs messages and bytes bytes (of proto messages); past either, the stream
-// is no longer retried. Default 16 messages, 64 KiB.
+// msgs messages and bytes bytes of proto messages; past either, or after a
+// message that is not a proto message, the stream is no longer retried.
+// Default 16 messages, 64 KiB; at most 1024 messages and 64 KiB, since a
+// retry sends the replay before it reads any response and a larger one
+// could block on HTTP/2 flow control.
 func StreamBuffer(msgs, bytes int) Option {
 	return optionFunc(func(c *config) {
-		if msgs < 0 || bytes < 0 {
+		switch {
+		case msgs < 0 || bytes < 0:
 			c.err = fmt.Errorf("grpcmw: StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
+		case msgs > maxReplayMsgs || bytes > maxReplayBytes:
+			c.err = fmt.Errorf("grpcmw: StreamBuffer(%d, %d): at most %d messages and %d bytes: a retry replays them before reading any response, and a larger replay could block on HTTP/2 flow control",
+				msgs, bytes, maxReplayMsgs, maxReplayBytes)
 		}
 		c.bufMsgs, c.bufBytes = msgs, bytes
 	})

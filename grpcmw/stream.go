@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -12,24 +13,41 @@ import (
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
+// The largest replay buffer [StreamBuffer] accepts. A retry replays what was
+// sent before it reads any response, holding the stream; grpc-go blocks a
+// send only once more than 64 KiB of it waits for HTTP/2 flow control (its
+// per-stream write quota), and the server's stream window (64 KiB at least
+// for grpc-go servers, the HTTP/2 default for others) comes on top. A replay
+// within 64 KiB of messages, and their framing, therefore never blocks on a
+// server that answers as it reads, where a larger one could deadlock.
+const (
+	maxReplayMsgs  = 1024
+	maxReplayBytes = 64 << 10
+)
+
 // plan is how a chain applies to a stream: its first retry wraps
 // establishment, every breaker admits each attempt and learns the stream's
-// final outcome, the soonest timeout inside the retry bounds the wait for
-// the first response, and a timeout outside the retry bounds all attempts.
+// final outcome, the soonest timeout bounds each attempt's creation and the
+// wait for the first response, and a timeout outside the retry and the
+// breakers bounds all attempts.
 type plan struct {
-	retry    *retry.Policy
-	breakers []*breaker.Breaker
-	first    time.Duration // establishment timeout, 0: none
-	overall  time.Duration // bound on all attempts, 0: none
+	retry     *retry.Policy
+	breakers  []*breaker.Breaker
+	at        []int         // each breaker's position in the chain
+	first     time.Duration // the soonest timeout, 0: none
+	firstAt   int           // the position of the timeout that set first
+	overall   time.Duration // bound on all attempts, 0: none
+	overallAt int
 }
 
 func planFor(c *chain.Chain) plan {
 	var p plan
-	for _, pol := range c.Policies() {
+	for i, pol := range c.Policies() {
 		switch v := pol.(type) {
 		case *retry.Policy:
 			if p.retry == nil {
@@ -37,13 +55,14 @@ func planFor(c *chain.Chain) plan {
 			}
 		case *breaker.Breaker:
 			p.breakers = append(p.breakers, v)
+			p.at = append(p.at, i)
 		case *timeout.Policy:
 			d := v.Timeout()
 			if p.retry == nil && len(p.breakers) == 0 && p.overall == 0 {
-				p.overall = d // outermost: bounds the attempts (and the first, below)
+				p.overall, p.overallAt = d, i // outermost: bounds the attempts (and the first, below)
 			}
-			if p.first == 0 || d < p.first {
-				p.first = d
+			if p.first == 0 || d < p.first { // a tie goes to the outer one, as in package chain
+				p.first, p.firstAt = d, i
 			}
 		}
 	}
@@ -68,14 +87,14 @@ func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientIn
 		if s.plan.overall > 0 {
 			s.deadline = time.Now().Add(s.plan.overall)
 		}
-		if err := s.run(false, nil, nil); err != nil {
+		// Under the lock: an attempt's watchers (see attempt) may run as soon
+		// as its stream exists.
+		s.mu.Lock()
+		err = s.establishLocked()
+		s.mu.Unlock()
+		if err != nil {
 			return nil, toStatus(ctx, err)
 		}
-		s.stopAbandon = context.AfterFunc(ctx, func() {
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			s.finishLocked(ctx.Err())
-		})
 		return s, nil
 	}
 }
@@ -95,41 +114,58 @@ type stream struct {
 	idempotent  bool
 	maxAttempts int
 	deadline    time.Time
-	stopAbandon func() bool
+
+	// The calls in flight, which see how an attempt ends: recving is set
+	// under mu, sending counts SendMsg calls. Atomic so that grpc.OnFinish
+	// can read them without the lock; each call clears its own before it
+	// looks at attempt.fin, and OnFinish sets fin before it looks at them.
+	recving atomic.Bool
+	sending atomic.Int32
 
 	mu         sync.Mutex
-	cur        grpc.ClientStream
-	cancel     context.CancelCauseFunc
-	timer      *time.Timer
-	permits    []breaker.Permit
+	cur        *attempt // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
 	attempts   int
 	sent       []any
 	sentBytes  int
 	overflow   bool // sent more than the buffer holds: no more retries
 	closedSend bool
 	received   bool // the first response arrived: no more retries
-	finished   bool
+	finished   bool // the final outcome is known: no more retries
 }
 
-var errFirstResponse = errors.New("grpcmw: no first response in time")
+// attempt is one try at the stream, with the breakers' permits for it.
+type attempt struct {
+	cs      grpc.ClientStream // nil until the streamer returns one
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer // the chain's timeout, while it applies
+	stop    func() bool // stops the watch of ctx
+	permits []breaker.Permit
+	done    bool                  // the permits are reported; under stream.mu
+	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
+}
 
-// run establishes the stream through the retry, if any. With recv, each
-// attempt also replays what was sent and receives the first message into m;
-// failed is the error of the attempt that just failed, which counts as the
-// retry's first attempt (retry.Policy.Continue).
-func (s *stream) run(recv bool, m any, failed error) error {
-	attempt := func(context.Context) error { return s.attempt(recv, m) }
-	switch {
-	case failed != nil:
-		return s.plan.retry.Continue(s.ctx, s.deadline, s.outcome(failed, recv), attempt)
-	case s.plan.retry == nil:
+// expiry is the cause with which a chain timeout ends an attempt: owner is
+// the position in the chain of the timeout that set the deadline.
+type expiry struct{ owner int }
+
+func (*expiry) Error() string { return "grpcmw: stream not established in time" }
+
+// errEOF ends a retry loop on a stream that ended cleanly before any message.
+var errEOF = retry.Permanent(io.EOF)
+
+// establishLocked makes the stream through the retry, if any.
+func (s *stream) establishLocked() error {
+	attempt := func(context.Context) error { return s.attemptLocked(false, nil) }
+	if s.plan.retry == nil {
 		return attempt(s.ctx)
 	}
 	return s.plan.retry.DoUntil(s.ctx, s.deadline, attempt)
 }
 
-// attempt makes one stream; the caller holds s.mu, or is the interceptor.
-func (s *stream) attempt(recv bool, m any) error {
+// attemptLocked makes one stream. With recv, a retry, it also replays what
+// was sent and receives the first message into m.
+func (s *stream) attemptLocked(recv bool, m any) error {
 	s.attempts++
 	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
 	for _, b := range s.plan.breakers {
@@ -142,113 +178,226 @@ func (s *stream) attempt(recv bool, m any) error {
 		}
 		permits = append(permits, p)
 	}
-	sctx, cancel := context.WithCancelCause(s.ctx)
-	s.cancel, s.timer, s.permits = cancel, nil, permits
-	cs, err := s.streamer(sctx, s.desc, s.cc, s.method, s.opts...)
-	if err == nil {
-		s.cur = cs // a failed attempt keeps the last stream, whose calls keep failing
-		for _, msg := range s.sent {
-			if err = cs.SendMsg(msg); err != nil {
-				break
-			}
+	a := &attempt{permits: permits}
+	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
+	// The chain's timeout bounds the streamer, which can block (waiting for
+	// a connection, grpc.WaitForReady), as it bounds a unary call.
+	s.armLocked(a)
+	// grpc-go calls OnFinish when it ends the stream for any reason:
+	// RecvMsg's status, a SendMsg error, Header, the caller's context,
+	// ClientConn.Close. Unlike watching ClientStream.Context, it does not
+	// commit grpc-go's attempt, which would end its transparent retry.
+	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(func(err error) {
+		a.fin.Store(&err)
+		if !s.recving.Load() && s.sending.Load() == 0 { // else the call in flight settles it
+			go s.settle(a) // not inline: grpc-go may call this under s.mu, from this very attempt
 		}
-		if err == nil && s.closedSend {
-			err = cs.CloseSend()
-			s.armLocked()
+	}))
+	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
+	if err != nil {
+		return s.failLocked(a, err, nil, recv)
+	}
+	a.cs, s.cur = cs, a
+	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
+	if !s.closedSend && a.timer != nil {
+		// Created, and the client still sending: an upload, or a bidi call,
+		// is not cut short; CloseSend arms the wait for the first response.
+		a.timer.Stop()
+		a.timer = nil
+	}
+	eof := false
+	for _, msg := range s.sent {
+		if err = cs.SendMsg(msg); err != nil {
+			break
 		}
-		if err == nil && recv {
-			err = cs.RecvMsg(m)
-			if err == nil {
-				s.gotFirstLocked()
-				if !s.desc.ServerStreams {
-					s.finishLocked(nil)
-				}
-				return nil
-			}
-			if err == io.EOF {
-				s.finishLocked(nil)
-				return errEOF
-			}
-		}
+	}
+	if err == io.EOF {
+		// The stream ended on the server's side: RecvMsg gets its status,
+		// which is classified (and maybe retried) as usual.
+		err, eof = nil, true
 	}
 	if err != nil {
-		err = s.timedOut(sctx, err)
-		s.endAttemptLocked(err)
-		return s.outcome(err, recv)
+		// A client-side error (see SendMsg), and grpc-go has ended the
+		// stream: neither the downstream's failure nor worth another try.
+		s.abandonLocked(a)
+		return retry.Permanent(err)
 	}
-	return nil
+	if s.closedSend && !eof {
+		_ = cs.CloseSend() // grpc-go's returns nil: the status comes from RecvMsg
+	}
+	if !recv {
+		return nil
+	}
+	err = cs.RecvMsg(m)
+	switch {
+	case err == nil:
+		s.gotFirstLocked(a)
+		if !s.desc.ServerStreams {
+			s.finishLocked(nil)
+		}
+		return nil
+	case err == io.EOF:
+		s.finishLocked(nil)
+		return errEOF
+	}
+	return s.failLocked(a, err, cs.Trailer(), recv)
 }
 
-// errEOF ends a retry loop on a stream that ended cleanly before any message.
-var errEOF = retry.Permanent(io.EOF)
+// failLocked ends attempt a, failed with err, and returns what the retry
+// should see. trailer is a's, if it made a stream that ended.
+func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
+	err = s.timedOut(a, err)
+	s.endLocked(a, err)
+	return s.outcome(err, trailer, recv)
+}
 
-// armLocked starts the wait for the first response, once the client has
-// sent everything: a long upload or a bidi call still sending is not cut
-// short by the chain's attempt timeout.
-func (s *stream) armLocked() {
-	if s.received || s.timer != nil || s.cancel == nil {
+// armLocked starts the chain's timeout for attempt a: for its creation,
+// then, once the client has sent everything, for its first response.
+func (s *stream) armLocked(a *attempt) {
+	if s.received || a.timer != nil || a.done {
 		return
 	}
-	if d := s.firstTimeout(); d > 0 {
-		cancel := s.cancel
-		s.timer = time.AfterFunc(d, func() { cancel(&timeout.Error{Timeout: d, Err: errFirstResponse}) })
+	d, owner := s.firstTimeout()
+	if d > 0 {
+		cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: owner}}
+		a.timer = time.AfterFunc(d, func() { cancel(cause) })
 	}
 }
 
-func (s *stream) firstTimeout() time.Duration {
-	d := s.plan.first
+// firstTimeout is the soonest of the chain's timeout and what is left of
+// the overall one, with the position of the timeout it comes from.
+func (s *stream) firstTimeout() (time.Duration, int) {
+	d, owner := s.plan.first, s.plan.firstAt
 	if !s.deadline.IsZero() {
-		if left := time.Until(s.deadline); d == 0 || left < d {
-			d = max(left, time.Nanosecond)
+		if left := time.Until(s.deadline); d == 0 || left <= d {
+			d, owner = max(left, time.Nanosecond), s.plan.overallAt
 		}
 	}
-	return d
+	return d, owner
 }
 
-// timedOut reports the establishment timeout as such.
-func (s *stream) timedOut(sctx context.Context, err error) error {
+// timedOut reports an attempt that the chain's timeout ended as such.
+func (s *stream) timedOut(a *attempt, err error) error {
 	var te *timeout.Error
-	if s.ctx.Err() == nil && errors.As(context.Cause(sctx), &te) {
+	if s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &te) {
 		return &timeout.Error{Timeout: te.Timeout, Err: err}
 	}
 	return err
 }
 
-func (s *stream) outcome(err error, recv bool) error {
-	var trailer metadata.MD
-	if s.cur != nil {
-		trailer = s.cur.Trailer()
-	}
+// limit is the most attempts the stream may make, 0: no limit.
+func (s *stream) limit() int {
 	// Attempts count across establishment and the first receive, so a
 	// stream never makes more than the retry's attempts (or the call's cap).
 	limit := s.maxAttempts
 	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts() < limit) {
 		limit = s.plan.retry.Attempts()
 	}
+	return limit
+}
+
+// outcome is what the retry sees of a failed attempt. trailer is that
+// attempt's own (nil if it made no stream), for its pushback.
+func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
+	limit := s.limit()
 	may := s.idempotent && !s.overflow && !s.received && (!recv || s.closedSend) &&
 		(limit == 0 || s.attempts < limit)
 	return s.cfg.outcome(s.ctx, err, trailer, may)
 }
 
-// endAttemptLocked reports a failed attempt to the breakers.
-func (s *stream) endAttemptLocked(err error) {
-	for _, p := range s.permits {
+// mayRetryLocked reports whether a failure before the first response could
+// still be retried.
+func (s *stream) mayRetryLocked() bool {
+	limit := s.limit()
+	return s.plan.retry != nil && s.idempotent && !s.overflow && !s.received && !s.finished &&
+		s.ctx.Err() == nil && (limit == 0 || s.attempts < limit)
+}
+
+// endLocked reports attempt a's outcome to the breakers, once, and releases
+// it.
+func (s *stream) endLocked(a *attempt, err error) {
+	if a.done {
+		return
+	}
+	owner := -1
+	var exp *expiry
+	if err != nil && s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &exp) {
+		owner = exp.owner
+	}
+	for i, p := range a.permits {
+		if owner >= 0 && owner < s.plan.at[i] {
+			// As in package chain: a deadline from a timeout outside the
+			// breaker is the caller's, as far as the breaker is concerned.
+			p.Abandon()
+			continue
+		}
 		p.Done(s.cfg.outcome(s.ctx, err, nil, false))
 	}
-	s.permits = nil
-	if s.timer != nil {
-		s.timer.Stop()
+	s.releaseLocked(a)
+}
+
+// abandonLocked reports attempt a as neutral, once, and releases it.
+func (s *stream) abandonLocked(a *attempt) {
+	if a.done {
+		return
 	}
-	if s.cancel != nil {
-		s.cancel(nil)
+	for _, p := range a.permits {
+		p.Abandon()
+	}
+	s.releaseLocked(a)
+}
+
+func (s *stream) releaseLocked(a *attempt) {
+	a.done, a.permits = true, nil
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if a.stop != nil {
+		a.stop()
+	}
+	a.cancel(nil)
+}
+
+// settle reports an attempt whose stream ended, if nothing else will.
+func (s *stream) settle(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked(a)
+}
+
+// settleLocked reports attempt a if its stream ended (grpc-go finished it,
+// or its context ended) and no call is in flight to see how: a caller may
+// close the ClientConn, cancel, or learn from Header that the stream
+// ended, and never call RecvMsg again.
+func (s *stream) settleLocked(a *attempt) {
+	fin := a.fin.Load()
+	if a.done || s.recving.Load() || s.sending.Load() > 0 || (fin == nil && a.ctx.Err() == nil) {
+		return
+	}
+	var exp *expiry
+	switch {
+	case s.ctx.Err() != nil:
+		s.finished = true
+		s.abandonLocked(a) // the caller's own cancellation: neutral
+	case errors.As(context.Cause(a.ctx), &exp):
+		// The chain's timeout: a failure, as RecvMsg would report it (or
+		// neutral, for a timeout outside the breaker). A later RecvMsg may
+		// still retry.
+		s.endLocked(a, context.Cause(a.ctx))
+	case s.cc != nil && s.cc.GetState() == connectivity.Shutdown:
+		s.abandonLocked(a) // ClientConn.Close: the caller's doing, neutral
+	default:
+		// The stream's status, as Header found it: counted as RecvMsg will
+		// count it. A later RecvMsg gets it, and may still retry.
+		s.endLocked(a, *fin)
 	}
 }
 
-func (s *stream) gotFirstLocked() {
+func (s *stream) gotFirstLocked(a *attempt) {
 	s.received = true
 	s.sent = nil
-	if s.timer != nil {
-		s.timer.Stop()
+	if a.timer != nil {
+		a.timer.Stop()
 	}
 }
 
@@ -258,51 +407,105 @@ func (s *stream) finishLocked(err error) {
 		return
 	}
 	s.finished = true
-	if s.stopAbandon != nil {
-		s.stopAbandon()
+	if s.cur != nil {
+		s.endLocked(s.cur, err)
 	}
-	s.endAttemptLocked(err)
+}
+
+// bufferLocked keeps m for a replay, while a retry may still need it, and
+// reports whether it did.
+func (s *stream) bufferLocked(m any) bool {
+	if s.received || s.overflow || s.closedSend || s.finished {
+		return false
+	}
+	pm, ok := m.(proto.Message)
+	if ok {
+		s.sentBytes += proto.Size(pm)
+		s.sent = append(s.sent, m)
+	}
+	// A message of unknown size could make the replay too large to send
+	// without reading (see maxReplayBytes): it ends the retries too.
+	if !ok || len(s.sent) > s.cfg.bufMsgs || s.sentBytes > s.cfg.bufBytes {
+		s.overflow, s.sent = true, nil
+		return false
+	}
+	return true
 }
 
 func (s *stream) SendMsg(m any) error {
 	s.mu.Lock()
-	if !s.received && !s.overflow {
-		s.sent = append(s.sent, m)
-		if pm, ok := m.(proto.Message); ok {
-			s.sentBytes += proto.Size(pm)
-		}
-		if len(s.sent) > s.cfg.bufMsgs || s.sentBytes > s.cfg.bufBytes {
-			s.overflow, s.sent = true, nil
-		}
-	}
-	cur := s.cur
+	kept := s.bufferLocked(m)
+	a := s.cur
+	s.sending.Add(1)
 	s.mu.Unlock()
 	// Not under the lock: a send blocked by flow control must not stop a
 	// receiver on another goroutine. A stream is only replaced after
 	// CloseSend, when no send can be in flight.
-	return cur.SendMsg(m)
+	err := a.cs.SendMsg(m)
+	if err == nil {
+		s.sending.Add(-1)
+		if a.fin.Load() != nil {
+			s.settle(a) // what ended while this call was in flight
+		}
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer func() {
+		s.sending.Add(-1)
+		s.settleLocked(a)
+	}()
+	if err == io.EOF {
+		// The attempt's stream has ended; RecvMsg will say how. grpc-go's
+		// callers stop sending here, and would then have a retry replay a
+		// truncated upload: while m is kept for the replay and a retry is
+		// possible, tell them to go on.
+		if kept && a == s.cur && s.mayRetryLocked() {
+			return nil
+		}
+		return io.EOF
+	}
+	// Any other error comes from the client (grpc-go turns what happens on
+	// the wire into io.EOF, for RecvMsg to report): a message over the send
+	// size limit, one that does not marshal, SendMsg after CloseSend.
+	// grpc-go has ended the stream, and the caller may stop here without
+	// calling RecvMsg. The status says nothing of the downstream's health:
+	// a failure would let a client bug open the breaker, a success (as
+	// NotFailure would count it) would close a half-open breaker that was
+	// never tested. So the attempt is neutral (Abandon), and final.
+	if a == s.cur {
+		s.finished = true
+		s.abandonLocked(a)
+	}
+	return err
 }
 
 func (s *stream) CloseSend() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closedSend = true
-	err := s.cur.CloseSend()
-	s.armLocked()
+	err := s.cur.cs.CloseSend()
+	s.armLocked(s.cur)
 	return err
 }
 
 func (s *stream) RecvMsg(m any) error {
 	s.mu.Lock()
-	cur, first := s.cur, !s.received
+	a, first := s.cur, !s.received
+	s.recving.Store(true)
 	s.mu.Unlock()
-	err := cur.RecvMsg(m)
+	err := a.cs.RecvMsg(m)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		// What ended while this call was in flight, and it did not see.
+		s.recving.Store(false)
+		s.settleLocked(s.cur)
+	}()
 	switch {
 	case err == nil:
 		if first {
-			s.gotFirstLocked()
+			s.gotFirstLocked(a)
 		}
 		if !s.desc.ServerStreams {
 			// Unary or client-streaming: this was the one response, and
@@ -313,17 +516,17 @@ func (s *stream) RecvMsg(m any) error {
 	case err == io.EOF:
 		s.finishLocked(nil)
 		return io.EOF
-	case s.finished || cur != s.cur:
+	case s.finished || a != s.cur:
 		return err
 	}
-	err = s.timedOut(s.cur.Context(), err)
 	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil {
+		err = s.timedOut(a, err)
 		s.finishLocked(err)
 		return toStatus(s.ctx, err)
 	}
 	// Before the first response, with everything sent: retry.
-	s.endAttemptLocked(err)
-	rerr := s.run(true, m, err)
+	failed := s.failLocked(a, err, a.cs.Trailer(), true)
+	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attemptLocked(true, m) })
 	if rerr == nil {
 		return nil
 	}
@@ -336,19 +539,19 @@ func (s *stream) RecvMsg(m any) error {
 
 func (s *stream) Header() (metadata.MD, error) {
 	s.mu.Lock()
-	cur := s.cur
+	cs := s.cur.cs
 	s.mu.Unlock()
-	return cur.Header()
+	return cs.Header()
 }
 
 func (s *stream) Trailer() metadata.MD {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cur.Trailer()
+	return s.cur.cs.Trailer()
 }
 
 func (s *stream) Context() context.Context {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cur.Context()
+	return s.cur.cs.Context()
 }

@@ -1,0 +1,638 @@
+package grpcmw_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// fakeStream is a stream that no server backs: sends succeed, and RecvMsg
+// fails with Unavailable, once the client has closed its send side if
+// closed is not nil.
+type fakeStream struct {
+	grpc.ClientStream
+	ctx    context.Context
+	closed chan struct{} // closed by CloseSend
+}
+
+func (f *fakeStream) Context() context.Context     { return f.ctx }
+func (f *fakeStream) SendMsg(any) error            { return nil }
+func (f *fakeStream) Header() (metadata.MD, error) { return nil, nil }
+func (f *fakeStream) Trailer() metadata.MD         { return nil }
+func (f *fakeStream) CloseSend() error {
+	if f.closed != nil {
+		close(f.closed)
+	}
+	return nil
+}
+func (f *fakeStream) RecvMsg(any) error {
+	if f.closed != nil {
+		<-f.closed
+	}
+	return status.Error(codes.Unavailable, "fake stream")
+}
+
+var serverStreaming = &grpc.StreamDesc{ServerStreams: true}
+
+// firstUnavailable answers the first call Unavailable, the others OK.
+func firstUnavailable(n int64, _ string) testserver.GRPCAnswer {
+	if n == 1 {
+		return testserver.GRPCAnswer{Code: codes.Unavailable}
+	}
+	return testserver.GRPCAnswer{}
+}
+
+func payload(n int) *testpb.StreamingInputCallRequest {
+	return &testpb.StreamingInputCallRequest{Payload: &testpb.Payload{Body: make([]byte, n)}}
+}
+
+// eofSends is a stream whose sends fail with io.EOF, as grpc-go's do once
+// the server has ended the stream.
+type eofSends struct{ grpc.ClientStream }
+
+func (eofSends) SendMsg(any) error { return io.EOF }
+
+// TestStreamReplaySendEOFStillRetries: a retry whose replayed send meets
+// the end of the stream (io.EOF) takes the stream's real status from
+// RecvMsg, and retries it, instead of ending the call with a bare io.EOF.
+func TestStreamReplaySendEOFStillRetries(t *testing.T) {
+	srv := must(testserver.NewGRPC(func(n int64, _ string) testserver.GRPCAnswer {
+		if n <= 2 {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	}))
+	defer srv.Stop()
+	var streams atomic.Int32
+	inner := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		cs, err := streamer(ctx, desc, cc, method, opts...)
+		if err == nil && streams.Add(1) == 2 {
+			return eofSends{cs}, nil // the first retry's replay finds the stream ended
+		}
+		return cs, err
+	}
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 100}))
+	c := must(chain.New(threeAttempts(), b))
+	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+	defer conn.Close()
+	st := must(testpb.NewTestServiceClient(conn).StreamingInputCall(context.Background()))
+	for range 3 {
+		if err := st.Send(payload(10 << 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := st.CloseAndRecv()
+	if err != nil || resp.GetAggregatedPayloadSize() != 30<<10 || srv.Received.Load() != 3 {
+		t.Errorf("got %d bytes, %v, after %d calls; want 30 KiB on the 3rd call", resp.GetAggregatedPayloadSize(), err, srv.Received.Load())
+	}
+	if cn := b.Counts(); cn.Failures != 2 || cn.Successes != 1 {
+		t.Errorf("breaker counts %+v, want 2 failures and 1 success", cn)
+	}
+}
+
+// TestStreamSendEOFKeptForReplay: a send that meets the end of the stream
+// (io.EOF) is reported as sent while the message is kept for a replay and
+// a retry may come: callers that stop at io.EOF would otherwise have a
+// truncated upload replayed, and succeed. Once the buffer overflows, or
+// without a retry, the caller gets io.EOF, as from grpc-go.
+func TestStreamSendEOFKeptForReplay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		opts     []grpcmw.Option
+		accepted int        // of 10 sends of 100 bytes
+		code     codes.Code // of CloseAndRecv
+		calls    int64
+	}{
+		{"retried", []grpcmw.Option{grpcmw.AllIdempotent()}, 10, codes.OK, 2},
+		{"buffer overflows", []grpcmw.Option{grpcmw.AllIdempotent(), grpcmw.StreamBuffer(4, 64<<10)}, 4, codes.Unavailable, 1},
+		{"not idempotent", nil, 0, codes.Unavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := testserver.NewGRPCBufconn(firstUnavailable)
+				defer srv.Stop()
+				conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), tc.opts...)...))
+				defer conn.Close()
+				st := must(testpb.NewTestServiceClient(conn).StreamingInputCall(context.Background()))
+				accepted := 0
+				for range 10 {
+					time.Sleep(10 * time.Millisecond) // the server has answered Unavailable by now
+					if err := st.Send(payload(100)); err == io.EOF {
+						break // what grpc-go's callers do
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					accepted++
+				}
+				resp, err := st.CloseAndRecv()
+				if accepted != tc.accepted || status.Code(err) != tc.code || srv.Received.Load() != tc.calls {
+					t.Errorf("%d sends accepted, then %v after %d calls; want %d, %v after %d", accepted, err, srv.Received.Load(), tc.accepted, tc.code, tc.calls)
+				}
+				if err == nil && resp.GetAggregatedPayloadSize() != 1000 {
+					t.Errorf("success with %d of the 1000 bytes sent", resp.GetAggregatedPayloadSize())
+				}
+			})
+		})
+	}
+}
+
+// TestStreamSendErrorFinishesPermit: a send that fails on the client's
+// side (over grpc.MaxCallSendMsgSize) ends the stream for grpc-go, and the
+// caller may stop there: the half-open breaker's probe is given back,
+// neutral, and the next call is admitted.
+func TestStreamSendErrorFinishesPermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenTimeout: 50 * time.Millisecond}))
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b)))...))
+		defer conn.Close()
+		client := testpb.NewTestServiceClient(conn)
+		st := must(client.StreamingInputCall(context.Background()))
+		if _, err := st.CloseAndRecv(); status.Code(err) != codes.Unavailable || b.State() != breaker.StateOpen {
+			t.Fatalf("got %v, breaker %v; want Unavailable and open", err, b.State())
+		}
+		time.Sleep(60 * time.Millisecond)
+		st = must(client.StreamingInputCall(context.Background(), grpc.MaxCallSendMsgSize(10)))
+		if err := st.Send(payload(100)); status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("send: %v, want ResourceExhausted", err)
+		}
+		st, err := client.StreamingInputCall(context.Background())
+		if err == nil {
+			_, err = st.CloseAndRecv()
+		}
+		if err != nil {
+			t.Errorf("next call: %v; want it admitted: the probe's stream is over", err)
+		}
+		if cn := b.Counts(); b.State() != breaker.StateClosed || cn.Neutral != 1 || cn.Successes != 1 {
+			t.Errorf("breaker %v %+v; want closed, the oversized send neutral", b.State(), cn)
+		}
+	})
+}
+
+// TestStreamConnCloseFinishesPermit: ClientConn.Close ends a stream with no
+// RecvMsg in flight, before or after its first message: its permit is
+// given back, so the half-open breaker admits a call on a new connection.
+func TestStreamConnCloseFinishesPermit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		recv bool // receive a first message before closing
+	}{{"after the first message", true}, {"before any message", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenTimeout: 50 * time.Millisecond}))
+				srv := testserver.NewGRPCBufconn(func(n int64, method string) testserver.GRPCAnswer {
+					switch {
+					case n == 1:
+						return testserver.GRPCAnswer{Code: codes.Unavailable}
+					case method == testserver.MethodWatch && tc.recv:
+						return testserver.GRPCAnswer{Messages: 100, Delay: 10 * time.Millisecond}
+					case method == testserver.MethodWatch:
+						return testserver.GRPCAnswer{Hang: true}
+					}
+					return testserver.GRPCAnswer{}
+				})
+				defer srv.Stop()
+				opts := grpcmw.DialOptions(must(chain.New(b)))
+				conn1 := must(srv.Dial(opts...))
+				c1 := healthpb.NewHealthClient(conn1)
+				_ = check(context.Background(), c1) // opens
+				time.Sleep(60 * time.Millisecond)
+				w := must(c1.Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+				if tc.recv {
+					if _, err := w.Recv(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				conn1.Close()
+				synctest.Wait()
+				conn2 := must(srv.Dial(opts...))
+				defer conn2.Close()
+				if err := check(context.Background(), healthpb.NewHealthClient(conn2)); err != nil {
+					t.Errorf("new connection: %v, breaker %v %+v; want the call admitted", err, b.State(), b.Counts())
+				}
+				if cn := b.Counts(); cn.Neutral != 1 {
+					t.Errorf("breaker %+v; want the closed stream neutral", cn)
+				}
+			})
+		})
+	}
+}
+
+// TestStreamHeaderThenRecv: Header may find that the stream has failed,
+// and grpc-go then ends it before any RecvMsg: the breaker counts the
+// failure all the same, and the RecvMsg that follows still retries.
+func TestStreamHeaderThenRecv(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		if _, err := w.Header(); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if cn := b.Counts(); cn.Failures != 1 {
+			t.Errorf("after Header: breaker %+v, want the failure counted", cn)
+		}
+		n := 0
+		var err error
+		for ; err == nil; n++ {
+			_, err = w.Recv()
+		}
+		if err != io.EOF || n != 4 || srv.Received.Load() != 2 {
+			t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
+		}
+		if cn := b.Counts(); cn.Failures != 1 || cn.Successes != 1 {
+			t.Errorf("breaker %+v, want 1 failure and 1 success", cn)
+		}
+	})
+}
+
+// TestStreamTimeouts: the chain's timeout bounds a stream's first
+// response, whether or not a RecvMsg waits for it. A timeout inside the
+// breaker is a failure; one outside it is the caller's, as far as the
+// breaker is concerned (neutral), as for unary calls.
+func TestStreamTimeouts(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		outer bool // the timeout outside the breaker
+		recv  bool // a RecvMsg waits
+	}{
+		{"inner, receiving", false, true},
+		{"inner, not receiving", false, false},
+		{"outer, receiving", true, true},
+		{"outer, not receiving", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} })
+				defer srv.Stop()
+				newChain := func(b *breaker.Breaker) *chain.Chain {
+					if tc.outer {
+						return must(chain.New(must(timeout.New(50*time.Millisecond)), b))
+					}
+					return must(chain.New(b, must(timeout.New(50*time.Millisecond))))
+				}
+				bu := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+				bs := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+				cu, cs := must(srv.Dial(grpcmw.DialOptions(newChain(bu))...)), must(srv.Dial(grpcmw.DialOptions(newChain(bs))...))
+				defer cu.Close()
+				defer cs.Close()
+				if err := check(context.Background(), healthpb.NewHealthClient(cu)); status.Code(err) != codes.DeadlineExceeded {
+					t.Fatalf("unary: %v", err)
+				}
+				start := time.Now()
+				w := must(healthpb.NewHealthClient(cs).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+				if !tc.recv {
+					time.Sleep(time.Second)
+					synctest.Wait()
+					if cn := bs.Counts(); cn.Failures+cn.Neutral != 1 {
+						t.Errorf("stream timed out without a RecvMsg: breaker %+v, want its outcome", cn)
+					}
+				}
+				_, err := w.Recv()
+				if status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, timeout.ErrTimeout) {
+					t.Errorf("stream: %v, want DeadlineExceeded matching timeout.ErrTimeout", err)
+				}
+				if took := time.Since(start); tc.recv && took != 50*time.Millisecond {
+					t.Errorf("stream: failed after %v, want 50ms", took)
+				}
+				want := breaker.StateOpen
+				if tc.outer {
+					want = breaker.StateClosed
+				}
+				if bu.State() != want || bs.State() != want {
+					t.Errorf("unary leaves the breaker %v %+v, a stream %v %+v; want both %v", bu.State(), bu.Counts(), bs.State(), bs.Counts(), want)
+				}
+			})
+		})
+	}
+}
+
+// TestStreamCreationBoundedByChainTimeout: the chain's timeout bounds the
+// creation of a stream, which can block (grpc.WaitForReady on a server
+// that does not answer), as it bounds a unary call.
+func TestStreamCreationBoundedByChainTimeout(t *testing.T) {
+	srv := must(testserver.NewGRPC(always(codes.OK)))
+	srv.Stop() // nobody listens
+	c := must(chain.New(must(timeout.New(100 * time.Millisecond))))
+	conn := must(srv.Dial(grpcmw.DialOptions(c)...))
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := client.Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+	if took := time.Since(start); took > time.Second || status.Code(err) != codes.DeadlineExceeded || !errors.Is(err, timeout.ErrTimeout) {
+		t.Errorf("stream creation: %v after %v; want the chain's DeadlineExceeded after 100ms", err, took)
+	}
+
+	// In virtual time: each attempt's creation takes exactly the timeout,
+	// counts as a failure, and is retried.
+	synctest.Test(t, func(t *testing.T) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
+		icpt := grpcmw.StreamClientInterceptor(must(chain.New(threeAttempts(), b, must(timeout.New(100*time.Millisecond)))), grpcmw.AllIdempotent())
+		calls := 0
+		start := time.Now()
+		_, err := icpt(context.Background(), serverStreaming, nil, "/s/M", func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			calls++
+			<-ctx.Done()
+			return nil, status.FromContextError(ctx.Err()).Err()
+		})
+		if took := time.Since(start); took != 302*time.Millisecond || calls != 3 || status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("%v after %v and %d attempts; want DeadlineExceeded after 3 × 100ms + 2 × 1ms", err, took, calls)
+		}
+		if cn := b.Counts(); cn.Failures != 3 {
+			t.Errorf("breaker %+v, want 3 failures", cn)
+		}
+	})
+}
+
+// TestStreamCanceledDuringCreation: the caller's context ending while the
+// stream is created is neutral, whatever the stream; the race detector
+// checks the interceptor against its own watchers.
+func TestStreamCanceledDuringCreation(t *testing.T) {
+	t.Run("fake stream", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
+			icpt := grpcmw.StreamClientInterceptor(must(chain.New(b)))
+			ctx, cancel := context.WithCancel(context.Background())
+			cs, err := icpt(ctx, serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+				cancel()
+				return &fakeStream{ctx: c}, nil
+			})
+			synctest.Wait()
+			if cs == nil || err != nil || b.Counts().Neutral != 1 {
+				t.Errorf("%v, breaker %+v; want a stream, neutral", err, b.Counts())
+			}
+		})
+	})
+	t.Run("grpc stream", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			srv := testserver.NewGRPCBufconn(always(codes.OK))
+			defer srv.Stop()
+			ctx, cancel := context.WithCancel(context.Background())
+			inner := func(c context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				cs, err := streamer(c, desc, cc, method, opts...)
+				cancel()
+				return cs, err
+			}
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
+			conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(must(chain.New(b))), inner)))
+			defer conn.Close()
+			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
+			if err == nil {
+				_, err = w.Recv()
+			}
+			synctest.Wait()
+			if status.Code(err) != codes.Canceled || b.State() != breaker.StateClosed || b.Counts().Neutral != 1 {
+				t.Errorf("%v, breaker %v %+v; want Canceled, neutral", err, b.State(), b.Counts())
+			}
+		})
+	})
+}
+
+// TestStreamBufferBoundedByFlowControl: StreamBuffer refuses a replay that
+// could block on HTTP/2 flow control, naming the option.
+func TestStreamBufferBoundedByFlowControl(t *testing.T) {
+	for _, tc := range []struct {
+		msgs, bytes int
+		ok          bool
+	}{{16, 64 << 10, true}, {1024, 100, true}, {16, 64<<10 + 1, false}, {1025, 100, false}} {
+		icpt := grpcmw.StreamClientInterceptor(must(chain.New(fiveConsecutive())), grpcmw.StreamBuffer(tc.msgs, tc.bytes))
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := icpt(ctx, serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			return &fakeStream{ctx: c}, nil
+		})
+		if ok := err == nil; ok != tc.ok || !ok && !strings.Contains(err.Error(), "StreamBuffer(") {
+			t.Errorf("StreamBuffer(%d, %d): %v", tc.msgs, tc.bytes, err)
+		}
+		cancel()
+	}
+}
+
+// TestStreamUnsizedMessageEndsRetries: a message whose size is unknown (not
+// a proto message) could make the replay too large, so it ends the
+// stream's retries, as an overflow does.
+func TestStreamUnsizedMessageEndsRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		icpt := grpcmw.StreamClientInterceptor(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())
+		for _, tc := range []struct {
+			msg   any
+			calls int
+		}{{&healthpb.HealthCheckRequest{Service: "s"}, 3}, {"not a proto message", 1}} {
+			calls := 0
+			cs, err := icpt(context.Background(), serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+				calls++
+				return &fakeStream{ctx: c, closed: make(chan struct{})}, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = cs.SendMsg(tc.msg)
+			_ = cs.CloseSend()
+			if err := cs.RecvMsg(&healthpb.HealthCheckResponse{}); status.Code(err) != codes.Unavailable || calls != tc.calls {
+				t.Errorf("%T: %v after %d attempts, want Unavailable after %d", tc.msg, err, calls, tc.calls)
+			}
+		}
+	})
+}
+
+// failAfterClose is a first attempt that takes every message and fails
+// with Unavailable once the client has closed its send side.
+func failAfterClose(ctx context.Context) grpc.ClientStream {
+	return &fakeStream{ctx: ctx, closed: make(chan struct{})}
+}
+
+// TestStreamRetryReplayDoesNotBlockBidi: a retry replays a bidi call's
+// sends before reading any response; against a server that answers each
+// request with 256 KiB as it reads, the replay (bounded by StreamBuffer)
+// must not block on flow control while one goroutine sends and another
+// receives.
+func TestStreamRetryReplayDoesNotBlockBidi(t *testing.T) {
+	srv := must(testserver.NewGRPC(always(codes.OK)))
+	defer srv.Stop()
+	var n atomic.Int32
+	inner := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		if n.Add(1) == 1 {
+			return failAfterClose(ctx), nil
+		}
+		return streamer(ctx, desc, cc, method, opts...)
+	}
+	c := must(chain.New(threeAttempts()))
+	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st := must(testpb.NewTestServiceClient(conn).FullDuplexCall(ctx))
+	const msgs = 16 // the default buffer: 16 messages, 64 KiB
+	sendErr := make(chan error, 1)
+	go func() {
+		req := &testpb.StreamingOutputCallRequest{
+			ResponseParameters: []*testpb.ResponseParameters{{Size: 256 << 10}},
+			Payload:            &testpb.Payload{Body: make([]byte, 4000)},
+		}
+		for range msgs {
+			if err := st.Send(req); err != nil {
+				sendErr <- err
+				return
+			}
+		}
+		sendErr <- st.CloseSend()
+	}()
+	got := 0
+	var err error
+	for {
+		if _, err = st.Recv(); err != nil {
+			break
+		}
+		got++
+	}
+	if err != io.EOF || got != msgs || n.Load() != 2 {
+		t.Errorf("received %d responses, then %v, in %d attempts; want %d, then EOF, in 2", got, err, n.Load(), msgs)
+	}
+	if err := <-sendErr; err != nil {
+		t.Errorf("send: %v", err)
+	}
+}
+
+// TestStreamPushbackIsTheFailedAttempts: an attempt whose stream could not
+// be created has no pushback of its own; it does not reuse the previous
+// stream's.
+func TestStreamPushbackIsTheFailedAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(n int64, _ string) testserver.GRPCAnswer {
+			if n == 1 {
+				return testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "300"}
+			}
+			return testserver.GRPCAnswer{}
+		})
+		defer srv.Stop()
+		var streams atomic.Int32
+		inner := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			if streams.Add(1) == 2 {
+				return nil, status.Error(codes.Unavailable, "no stream")
+			}
+			return streamer(ctx, desc, cc, method, opts...)
+		}
+		c := must(chain.New(threeAttempts()))
+		conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+		defer conn.Close()
+		start := time.Now()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		_, err := w.Recv()
+		if took := time.Since(start); err != nil || took != 301*time.Millisecond {
+			t.Errorf("%v after %v; want a message after the 300ms pushback and a 1ms backoff", err, took)
+		}
+		for err == nil {
+			_, err = w.Recv()
+		}
+	})
+}
+
+// TestStreamOverflowIsNotRetried: an upload larger than the buffer is not
+// retried, but still works; one within it is.
+func TestStreamOverflowIsNotRetried(t *testing.T) {
+	srv := must(testserver.NewGRPC(func(n int64, _ string) testserver.GRPCAnswer {
+		if n == 1 || n == 3 {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	}))
+	defer srv.Stop()
+	conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent(), grpcmw.StreamBuffer(2, 64<<10))...))
+	defer conn.Close()
+	client := testpb.NewTestServiceClient(conn)
+	upload := func(k int) (int32, error) {
+		st := must(client.StreamingInputCall(context.Background()))
+		for range k {
+			_ = st.Send(payload(10))
+		}
+		r, err := st.CloseAndRecv()
+		return r.GetAggregatedPayloadSize(), err
+	}
+	if _, err := upload(3); status.Code(err) != codes.Unavailable {
+		t.Errorf("3 messages, over the buffer: %v, want Unavailable, not retried", err)
+	}
+	if n, err := upload(3); err != nil || n != 30 {
+		t.Errorf("3 messages: %d, %v", n, err)
+	}
+	if n, err := upload(2); err != nil || n != 20 || srv.Received.Load() != 4 {
+		t.Errorf("2 messages: %d, %v after %d calls; want retried, 4 calls", n, err, srv.Received.Load())
+	}
+}
+
+// TestStreamCallerEndsAreNeutral: on a stream, a caller error does not
+// trip the breaker (a success), the caller's deadline and cancellation are
+// neutral, and a rejection is Unavailable matching breaker.ErrOpen.
+func TestStreamCallerEndsAreNeutral(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(n int64, _ string) testserver.GRPCAnswer {
+			switch n {
+			case 1:
+				return testserver.GRPCAnswer{Code: codes.NotFound}
+			case 2:
+				return testserver.GRPCAnswer{Hang: true}
+			}
+			return testserver.GRPCAnswer{Messages: 100, Delay: 10 * time.Millisecond}
+		})
+		defer srv.Stop()
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b)))...))
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		w := must(client.Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		if _, err := w.Recv(); status.Code(err) != codes.NotFound {
+			t.Errorf("got %v, want NotFound", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		w = must(client.Watch(ctx, &healthpb.HealthCheckRequest{}))
+		if _, err := w.Recv(); status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("got %v, want the caller's DeadlineExceeded", err)
+		}
+		ctx, cancel = context.WithCancel(context.Background())
+		w = must(client.Watch(ctx, &healthpb.HealthCheckRequest{}))
+		if _, err := w.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		cancel() // and never receives again
+		synctest.Wait()
+		if cn := b.Counts(); b.State() != breaker.StateClosed || cn.Successes != 1 || cn.Neutral != 2 {
+			t.Errorf("breaker %v %+v; want closed, 1 success and 2 neutral", b.State(), cn)
+		}
+
+		b2 := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		srv2 := testserver.NewGRPCBufconn(always(codes.Unavailable))
+		defer srv2.Stop()
+		conn2 := must(srv2.Dial(grpcmw.DialOptions(must(chain.New(b2)))...))
+		defer conn2.Close()
+		client2 := healthpb.NewHealthClient(conn2)
+		w = must(client2.Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		_, err := w.Recv()
+		_, err2 := client2.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		if status.Code(err) != codes.Unavailable || status.Code(err2) != codes.Unavailable || !errors.Is(err2, breaker.ErrOpen) {
+			t.Errorf("got %v, then %v; want Unavailable, then Unavailable matching ErrOpen", err, err2)
+		}
+	})
+}
