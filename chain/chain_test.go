@@ -275,6 +275,34 @@ func TestHolderNested(t *testing.T) {
 	}
 }
 
+// TestHoldShared: calls sharing one attempt context (two hedged calls under
+// one timeout) each hold it; it lives until both holds are released, and a
+// hold released twice counts once.
+func TestHoldShared(t *testing.T) {
+	c := must(chain.New(to(time.Minute), hedge{}))
+	var mu sync.Mutex
+	var ctxs []context.Context
+	var helds []*chain.Held
+	err := c.Do(chain.WithHolder(context.Background()), func(ctx context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ctxs, helds = append(ctxs, ctx), append(helds, chain.Hold(ctx))
+		return nil
+	})
+	if err != nil || len(helds) != 2 || ctxs[0] != ctxs[1] {
+		t.Fatalf("got %v, %d holds; want two calls sharing one context", err, len(helds))
+	}
+	helds[0].Release()
+	helds[0].Release()
+	if ctxs[0].Err() != nil {
+		t.Fatal("canceled while the second call still holds it")
+	}
+	helds[1].Release()
+	if ctxs[0].Err() == nil {
+		t.Fatal("alive after both holds were released")
+	}
+}
+
 // TestPanicCancelsAttempt: a call that panics does not leave its attempt
 // context to its deadline, with or without WithHolder.
 func TestPanicCancelsAttempt(t *testing.T) {
@@ -358,10 +386,16 @@ func TestFallbackWithinTimeout(t *testing.T) {
 		if !timeout.Expired(byHand) {
 			t.Errorf("by hand: %v, want the timeout's error", byHand)
 		}
-		// A quick fallback still answers.
+		// A quick fallback still answers a failure within the deadline, but
+		// not the timeout itself: it has run out of time too.
 		quick := must(fallback.New(func(context.Context, error) error { return nil }, fallback.OnAnyFailure()))
-		if err := must(chain.New(to(100*time.Millisecond), quick)).Do(context.Background(), func(context.Context) error { return errDown }); err != nil {
+		qc := must(chain.New(to(100*time.Millisecond), quick))
+		if err := qc.Do(context.Background(), func(context.Context) error { return errDown }); err != nil {
 			t.Errorf("quick fallback: %v", err)
+		}
+		hang := func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+		if err := qc.Do(context.Background(), hang); !timeout.Expired(err) {
+			t.Errorf("quick fallback of a call the timeout ended: %v, want the timeout's error", err)
 		}
 	})
 }

@@ -27,9 +27,11 @@ func WithHolder(ctx context.Context) context.Context {
 // Hold keeps the attempt context that ctx is, or is derived from, from being
 // canceled when the call returns: a call that runs under a context from
 // [WithHolder] calls it with the context it was given, and must call
-// [Held.Release] once the result is done with. Without an attempt context
-// to hold (no timeout, or no [WithHolder]) it returns nil, whose Release
-// does nothing.
+// [Held.Release] once the result is done with. Calls sharing one attempt
+// context (under a hedging policy of your own, or a retry inside an opaque
+// policy inside a timeout) may each hold it: it lives until every hold is
+// released. Without an attempt context to hold (no timeout, or no
+// [WithHolder]) it returns nil, whose Release does nothing.
 func Hold(ctx context.Context) *Held {
 	a, _ := ctx.Value(attemptKey{}).(*attempt)
 	if a == nil {
@@ -37,29 +39,53 @@ func Hold(ctx context.Context) *Held {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if !a.held {
-		a.held = true
+	a.held++
+	if a.held == 1 {
 		for p := a.parent; p != nil; p = p.parent {
 			p.holds++
 		}
 	}
-	return (*Held)(a)
+	if !a.first.used { // the first hold costs no allocation
+		a.first = Held{a: a, used: true}
+		return &a.first
+	}
+	return &Held{a: a, used: true}
 }
 
-// Held is an attempt context taken over by [Hold].
-type Held attempt
+// Held is one hold, by [Hold], on an attempt context.
+type Held struct {
+	a        *attempt
+	used     bool // given out by Hold
+	released bool // under a.mu
+}
 
-// Release cancels the held attempt context, and the attempt contexts of the
-// chains around it once their own calls have returned too. It is safe to
-// call more than once, from any goroutine, and on nil.
+// Release gives this hold back: the attempt context is canceled once its
+// call has returned and no hold is left, and then the attempt contexts of
+// the chains around it, on the same terms. It is safe to call more than
+// once, from any goroutine, and on nil.
 func (h *Held) Release() {
-	if h != nil {
-		(*attempt)(h).release()
+	if h == nil {
+		return
+	}
+	a := h.a
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if h.released {
+		return
+	}
+	h.released = true
+	a.held--
+	a.maybeCancel()
+	if a.held == 0 {
+		for p := a.parent; p != nil; p = p.parent {
+			p.holds--
+			p.maybeCancel()
+		}
 	}
 }
 
 // attempt is an attempt context made under [WithHolder], with what decides
-// when it is canceled: once its call has returned (done), unless a Hold on
+// when it is canceled: once its call has returned (done), unless a hold on
 // it (held) or on an attempt nested in it (holds) is not yet released.
 type attempt struct {
 	context.Context // the attempt's own, from context.WithDeadlineCause
@@ -67,9 +93,10 @@ type attempt struct {
 	parent          *attempt    // the attempt context this one was made under
 	mu              *sync.Mutex // shared by an outermost attempt and those nested in it
 	own             sync.Mutex  // mu, for an outermost attempt
+	first           Held        // the first hold on it
 
-	held     bool // Hold took the cancellation over; release gives it back
-	holds    int  // Holds on nested attempts not yet released
+	held     int  // holds on it not yet released
+	holds    int  // attempts nested in it that are held
 	done     bool // its call has returned
 	canceled bool
 }
@@ -104,23 +131,9 @@ func (a *attempt) finish() {
 	a.maybeCancel()
 }
 
-func (a *attempt) release() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if !a.held {
-		return
-	}
-	a.held = false
-	a.maybeCancel()
-	for p := a.parent; p != nil; p = p.parent {
-		p.holds--
-		p.maybeCancel()
-	}
-}
-
 // maybeCancel cancels the attempt context once nothing keeps it; a.mu held.
 func (a *attempt) maybeCancel() {
-	if a.done && !a.held && a.holds == 0 && !a.canceled {
+	if a.done && a.held == 0 && a.holds == 0 && !a.canceled {
 		a.canceled = true
 		a.cancel()
 	}

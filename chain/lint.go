@@ -27,7 +27,7 @@ func Rules() []Rule {
 		{"CG005", "overall timeout too short for the attempts and waits of the retry it wraps"},
 		{"CG006", "nested retries multiply attempts"},
 		{"CG007", "half-open closes only if (almost) every probe succeeds: unlikely on a flaky downstream (q^N)"},
-		{"CG008", "fallback inside a retry or breaker hides failures from them"},
+		{"CG008", "fallback inside a retry or breaker hides failures from them; inside a timeout it cannot answer it"},
 		{"CG009", "breaker with no attempt timeout inside it: a hung call holds a half-open probe slot"},
 		{"CG010", "failure-rate window shorter than 2 × the attempt timeout inside it"},
 		{"CG011", "too many half-open probes: each failed round loads a downstream that is still down"},
@@ -250,6 +250,8 @@ func (l *linter) fallback(i int) {
 			l.warn("CG008", "%v is inside %s: the failures it answers look like successes to the breaker, which then never opens and never protects the downstream. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
 		case o.kind == kindRetry && !f.OnlyOpen():
 			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.r)
+		case o.kind == kindTimeout && !f.OnlyOpen():
+			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
 		}
 	}
 }

@@ -122,6 +122,12 @@ func TestRules(t *testing.T) {
 			numbers: []string{"never opens"},
 		},
 		{
+			code:    "CG008",
+			bad:     []chain.Policy{to(2 * time.Second), must(fallback.New(ok, fallback.OnAnyFailure())), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{must(fallback.New(ok, fallback.OnAnyFailure())), to(2 * time.Second), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"when the 2s are up it cannot answer"},
+		},
+		{
 			code:    "CG009",
 			bad:     []chain.Policy{to(time.Second), br(fiveConsecutive)},
 			good:    []chain.Policy{br(fiveConsecutive), to(time.Second)},

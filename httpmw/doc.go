@@ -12,7 +12,10 @@
 // given either: a base that adds headers must clone the request first.
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
-// per-attempt timeout (see package chain); the lint checks it.
+// per-attempt timeout (see package chain); the lint checks it. Attempts run
+// one at a time, each response discarded before the next attempt: a policy
+// of your own that runs attempts at once (hedging) gets an error for a
+// second one in flight.
 //
 // # What is a failure
 //

@@ -533,3 +533,35 @@ func TestFallbackRefused(t *testing.T) {
 		t.Errorf("got %v, body closed %t, %d requests; want an error pointing to OnOpen", err, closed, srv.Received.Load())
 	}
 }
+
+// hedge is a user's own policy that runs two calls at once and returns the
+// first result.
+type hedge struct{}
+
+func (hedge) Do(ctx context.Context, call func(context.Context) error) error {
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { errs <- call(ctx) }()
+	}
+	err := <-errs
+	<-errs
+	return err
+}
+
+// TestConcurrentAttemptsRefused: a policy that runs attempts at once gets
+// an error for a second one in flight, and the exchange stays consistent
+// (run with -race): the caller gets one response.
+func TestConcurrentAttemptsRefused(t *testing.T) {
+	for range 20 {
+		srv, client, _ := newServer(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			return testserver.HTTPAnswer{Body: "ok", Delay: 5 * time.Millisecond}
+		}, must(chain.New(must(timeout.New(time.Second)), hedge{})))
+		resp, err := get(t, client, srv.URL)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("got %v, %v; want the one response", resp, err)
+		}
+		if n := srv.Received.Load(); n < 1 || n > 2 {
+			t.Errorf("the server received %d requests, want 1 or 2", n)
+		}
+	}
+}

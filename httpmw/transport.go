@@ -171,6 +171,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		ctx = chain.WithHolder(ctx)
 	}
 	err = c.Do(ctx, x.attempt)
+	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
+	defer x.mu.Unlock()
 	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}
@@ -207,10 +209,20 @@ type exchange struct {
 
 	body   io.ReadCloser // the returned response's body
 	closed sync.Once
+
+	mu sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
 }
 
+// errConcurrent is what a second attempt at once gets.
+var errConcurrent = breaker.NotFailure(retry.Permanent(errors.New("httpmw: attempts run one at a time; a policy that runs them at once (hedging) gets an error for the second")))
+
 // attempt sends one copy of the request with the attempt's context.
+// Attempts run one at a time: an exchange keeps one response.
 func (x *exchange) attempt(actx context.Context) error {
+	if !x.mu.TryLock() {
+		return errConcurrent
+	}
+	defer x.mu.Unlock()
 	x.attempts++
 	x.discard()
 	// The caller's request is never modified: an attempt that needs another

@@ -61,7 +61,10 @@ func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 		o.Min = max(d/10, 1)
 	}
 	if o.Max == 0 {
-		o.Max = d * 10
+		o.Max = math.MaxInt64
+		if d <= math.MaxInt64/10 {
+			o.Max = d * 10
+		}
 	}
 	if o.Window == 0 {
 		o.Window = time.Minute
@@ -170,8 +173,12 @@ func (t *tracker) recompute(e int64) {
 	for i, n := range hist {
 		seen += n
 		if seen >= rank {
-			// Clamp in float64: a product past MaxInt64 would not convert.
-			v := min(max(float64(upper(i))*t.mult, float64(t.min)), float64(t.max))
+			// Compare in float64: a product past MaxInt64 would not convert
+			// (nor would float64(t.max) near it, which rounds up to 2^63).
+			v := t.max
+			if f := float64(upper(i)) * t.mult; f < float64(t.max) {
+				v = max(time.Duration(f), t.min)
+			}
 			t.value.Store(int64(v))
 			return
 		}

@@ -152,23 +152,25 @@ func TestInvalid(t *testing.T) {
 // TestAdaptiveHugeMultiplierClampsToMax: a multiplier whose product passes
 // what a time.Duration holds gives Max, not Min.
 func TestAdaptiveHugeMultiplierClampsToMax(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
-			Multiplier: 1e12, Min: 10 * time.Millisecond, Max: time.Hour, MinSamples: 10,
-		}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range 200 {
-			_ = p.Do(context.Background(), func(context.Context) error {
-				time.Sleep(20 * time.Millisecond)
-				return nil
-			})
-		}
-		if got := p.Timeout(); got != time.Hour {
-			t.Errorf("adaptive timeout %v with a 1e12 multiplier, want Max (1h)", got)
-		}
-	})
+	for _, maxT := range []time.Duration{time.Hour, math.MaxInt64} {
+		synctest.Test(t, func(t *testing.T) {
+			p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+				Multiplier: 1e12, Min: 10 * time.Millisecond, Max: maxT, MinSamples: 10,
+			}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 200 {
+				_ = p.Do(context.Background(), func(context.Context) error {
+					time.Sleep(20 * time.Millisecond)
+					return nil
+				})
+			}
+			if got := p.Timeout(); got != maxT {
+				t.Errorf("adaptive timeout %v with a 1e12 multiplier, want Max (%v)", got, maxT)
+			}
+		})
+	}
 }
 
 // TestZeroPolicy: a zero Policy runs nothing and says how to make one.
