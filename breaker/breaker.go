@@ -310,7 +310,7 @@ func (b *Breaker) classify(ctx context.Context, err error) outcome {
 	if err == nil {
 		return success
 	}
-	if callerDone(ctx) {
+	if callerDone(ctx) || isNeutral(err) {
 		return neutral
 	}
 	if b.s.IsExcluded != nil && b.s.IsExcluded(err) {
@@ -347,6 +347,28 @@ func (e *notFailure) Unwrap() error { return e.err }
 func isNotFailure(err error) bool {
 	var nf *notFailure
 	return errors.As(err, &nf)
+}
+
+// Neutral marks err as saying nothing of the downstream's health, such as
+// an error raised on the client's side before or after the downstream did
+// its part (a request over a size limit, a connection the caller closed):
+// the breaker counts the call neither as a success nor as a failure, as it
+// does a call the caller canceled. Errors.Is and errors.As see through it.
+func Neutral(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &neutralError{err}
+}
+
+type neutralError struct{ err error }
+
+func (e *neutralError) Error() string { return e.err.Error() }
+func (e *neutralError) Unwrap() error { return e.err }
+
+func isNeutral(err error) bool {
+	var ne *neutralError
+	return errors.As(err, &ne)
 }
 
 // callerDone reports that the caller's context has ended, or that its

@@ -333,3 +333,23 @@ func TestNotFailure(t *testing.T) {
 		t.Fatal("NotFailure(nil) != nil")
 	}
 }
+
+// TestNeutral: an error marked neutral counts neither way, on both engines,
+// even with an IsFailure that would call it a failure; errors.Is sees it.
+func TestNeutral(t *testing.T) {
+	for _, engine := range []breaker.Engine{breaker.EngineNative, breaker.EngineGobreaker} {
+		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 1, Engine: engine, IsFailure: func(error) bool { return true }})
+		for range 3 {
+			err := b.Do(context.Background(), func(context.Context) error { return breaker.Neutral(errExcluded) })
+			if !errors.Is(err, errExcluded) {
+				t.Fatalf("got %v, want it to match the wrapped error", err)
+			}
+		}
+		if c := b.Counts(); b.State() != breaker.StateClosed || c.Neutral != 3 || c.Failures+c.Successes != 0 {
+			t.Errorf("engine %v: state %v, counts %+v; want 3 neutral calls", engine, b.State(), c)
+		}
+	}
+	if breaker.Neutral(nil) != nil {
+		t.Fatal("Neutral(nil) != nil")
+	}
+}

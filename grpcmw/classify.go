@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -51,12 +54,15 @@ const pushbackKey = "grpc-retry-pushback-ms"
 // see: caller errors marked as not failures and permanent, failures
 // permanent unless retryable and allowed, pushback attached. callerCtx is
 // the caller's context, not the attempt's.
-func (cfg *config) outcome(callerCtx context.Context, err error, trailer metadata.MD, mayRetry bool) error {
+func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err error, trailer metadata.MD, mayRetry bool) error {
 	if err == nil {
 		return nil
 	}
 	if callerCtx.Err() != nil || deadlinePassed(callerCtx) {
 		return err // the caller's own cancellation: the policies see it as such
+	}
+	if neutral(cc, err) {
+		return breaker.Neutral(retry.Permanent(err))
 	}
 	code := status.Code(err)
 	if timeout.Expired(err) {
@@ -81,6 +87,19 @@ func (cfg *config) outcome(callerCtx context.Context, err error, trailer metadat
 		return retry.After(err, time.Duration(ms)*time.Millisecond)
 	}
 	return err
+}
+
+// neutral reports an error that says nothing of the downstream's health:
+// the caller closed the connection, or a message went over a size limit
+// (grpc-go's ResourceExhausted "… larger than max …", raised on the client
+// for a request or a response, or by the server for a request it would not
+// read). Overload, the other ResourceExhausted, stays a retryable failure.
+func neutral(cc *grpc.ClientConn, err error) bool {
+	if cc != nil && cc.GetState() == connectivity.Shutdown {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
 }
 
 func deadlinePassed(ctx context.Context) bool {

@@ -51,12 +51,14 @@
 // client has closed its send side (server-streaming calls always have), and
 // only while the proto messages it sent fit a bounded replay buffer
 // ([StreamBuffer]: at most 1024 messages and 64 KiB, so that a replay never
-// blocks on flow control). Meanwhile a send that meets the end of the
-// stream returns nil, since the message will be replayed; past the buffer,
-// or with no retry left, it returns io.EOF as grpc-go does.
+// blocks on flow control). A send that meets the end of the stream returns
+// io.EOF, as from grpc-go, and ends the retries: its caller stops sending,
+// and a replay would be truncated. Context commits the stream, as in
+// grpc-go: it is not retried afterwards.
 //
 // The caller's own cancellation, ClientConn.Close and a send that fails on
 // the client's side (such as a message over grpc.MaxCallSendMsgSize) are
-// neutral to the breakers, whether or not the caller calls RecvMsg again.
+// neutral to the breakers, whether or not the caller calls RecvMsg again;
+// for unary calls too, ClientConn.Close and size limits are neutral.
 // Fallbacks and opaque policies do not apply to streams.
 package grpcmw

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +80,7 @@ func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientIn
 		}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		s := &stream{
+			mu:  make(chanMutex, 1),
 			cfg: cfg, plan: planFor(ch), ctx: ctx, desc: desc, cc: cc, method: method,
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
@@ -122,12 +122,19 @@ type stream struct {
 	recving atomic.Bool
 	sending atomic.Int32
 
-	mu         sync.Mutex
+	// The latest attempt's stream, for Header, Trailer and Context, which
+	// do not wait for a retry in progress; committed: Context was called,
+	// and the stream it belongs to must not be replaced by a retry (as
+	// grpc-go commits an attempt then).
+	curStream atomic.Pointer[grpc.ClientStream]
+	committed atomic.Bool
+
+	mu         chanMutex
 	cur        *attempt // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
 	attempts   int
 	sent       []any
 	sentBytes  int
-	overflow   bool // sent more than the buffer holds: no more retries
+	overflow   bool // sent more than the buffer holds, or the caller saw io.EOF: no more retries
 	closedSend bool
 	received   bool // the first response arrived: no more retries
 	finished   bool // the final outcome is known: no more retries
@@ -198,6 +205,7 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		return s.failLocked(a, err, nil, recv)
 	}
 	a.cs, s.cur = cs, a
+	s.curStream.Store(&cs)
 	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
 	if !s.closedSend && a.timer != nil {
 		// Created, and the client still sending: an upload, or a bidi call,
@@ -300,17 +308,9 @@ func (s *stream) limit() int {
 // attempt's own (nil if it made no stream), for its pushback.
 func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
 	limit := s.limit()
-	may := s.idempotent && !s.overflow && !s.received && (!recv || s.closedSend) &&
+	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
 		(limit == 0 || s.attempts < limit)
-	return s.cfg.outcome(s.ctx, err, trailer, may)
-}
-
-// mayRetryLocked reports whether a failure before the first response could
-// still be retried.
-func (s *stream) mayRetryLocked() bool {
-	limit := s.limit()
-	return s.plan.retry != nil && s.idempotent && !s.overflow && !s.received && !s.finished &&
-		s.ctx.Err() == nil && (limit == 0 || s.attempts < limit)
+	return s.cfg.outcome(s.ctx, s.cc, err, trailer, may)
 }
 
 // endLocked reports attempt a's outcome to the breakers, once, and releases
@@ -331,7 +331,7 @@ func (s *stream) endLocked(a *attempt, err error) {
 			p.Abandon()
 			continue
 		}
-		p.Done(s.cfg.outcome(s.ctx, err, nil, false))
+		p.Done(s.cfg.outcome(s.ctx, s.cc, err, nil, false))
 	}
 	s.releaseLocked(a)
 }
@@ -412,11 +412,10 @@ func (s *stream) finishLocked(err error) {
 	}
 }
 
-// bufferLocked keeps m for a replay, while a retry may still need it, and
-// reports whether it did.
-func (s *stream) bufferLocked(m any) bool {
+// bufferLocked keeps m for a replay, while a retry may still need it.
+func (s *stream) bufferLocked(m any) {
 	if s.received || s.overflow || s.closedSend || s.finished {
-		return false
+		return
 	}
 	pm, ok := m.(proto.Message)
 	if ok {
@@ -427,14 +426,12 @@ func (s *stream) bufferLocked(m any) bool {
 	// without reading (see maxReplayBytes): it ends the retries too.
 	if !ok || len(s.sent) > s.cfg.bufMsgs || s.sentBytes > s.cfg.bufBytes {
 		s.overflow, s.sent = true, nil
-		return false
 	}
-	return true
 }
 
 func (s *stream) SendMsg(m any) error {
 	s.mu.Lock()
-	kept := s.bufferLocked(m)
+	s.bufferLocked(m)
 	a := s.cur
 	s.sending.Add(1)
 	s.mu.Unlock()
@@ -457,11 +454,12 @@ func (s *stream) SendMsg(m any) error {
 	}()
 	if err == io.EOF {
 		// The attempt's stream has ended; RecvMsg will say how. grpc-go's
-		// callers stop sending here, and would then have a retry replay a
-		// truncated upload: while m is kept for the replay and a retry is
-		// possible, tell them to go on.
-		if kept && a == s.cur && s.mayRetryLocked() {
-			return nil
+		// callers stop sending here, so a retry would replay a truncated
+		// upload and could succeed with it: no more retries. (Returning
+		// nil instead would drop the caller's messages silently when the
+		// stream ended well.)
+		if a == s.cur {
+			s.overflow, s.sent = true, nil
 		}
 		return io.EOF
 	}
@@ -519,7 +517,7 @@ func (s *stream) RecvMsg(m any) error {
 	case s.finished || a != s.cur:
 		return err
 	}
-	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil {
+	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
 		return toStatus(s.ctx, err)
@@ -537,21 +535,29 @@ func (s *stream) RecvMsg(m any) error {
 	return toStatus(s.ctx, rerr)
 }
 
+// Header, Trailer and Context answer for the latest attempt's stream
+// without waiting for a retry in progress.
 func (s *stream) Header() (metadata.MD, error) {
-	s.mu.Lock()
-	cs := s.cur.cs
-	s.mu.Unlock()
-	return cs.Header()
+	return (*s.curStream.Load()).Header()
 }
 
 func (s *stream) Trailer() metadata.MD {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur.cs.Trailer()
+	return (*s.curStream.Load()).Trailer()
 }
 
+// Context commits the stream: it is not retried afterwards, so the context
+// returned stays the stream's (a retry would cancel it).
 func (s *stream) Context() context.Context {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.cur.cs.Context()
+	s.committed.Store(true)
+	return (*s.curStream.Load()).Context()
 }
+
+// chanMutex is a mutex made of a channel: a goroutine waiting for it is
+// durably blocked in the sense of testing/synctest, so a stream used in a
+// synctest bubble lets virtual time pass while one goroutine waits for the
+// lock and the holder waits out a retry's backoff (a sync.Mutex would stop
+// the bubble's clock).
+type chanMutex chan struct{}
+
+func (m chanMutex) Lock()   { m <- struct{}{} }
+func (m chanMutex) Unlock() { <-m }

@@ -14,6 +14,7 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -107,33 +108,35 @@ func TestStreamReplaySendEOFStillRetries(t *testing.T) {
 	}
 }
 
-// TestStreamSendEOFKeptForReplay: a send that meets the end of the stream
-// (io.EOF) is reported as sent while the message is kept for a replay and
-// a retry may come: callers that stop at io.EOF would otherwise have a
-// truncated upload replayed, and succeed. Once the buffer overflows, or
-// without a retry, the caller gets io.EOF, as from grpc-go.
-func TestStreamSendEOFKeptForReplay(t *testing.T) {
+// TestStreamSendEOFEndsRetries: a send that meets the end of the stream
+// gets io.EOF, as from grpc-go, and the stream is no longer retried: its
+// caller stops sending there, and a retry would replay a truncated upload
+// and could succeed with it. A stream the server ended well keeps what it
+// read, and says so.
+func TestStreamSendEOFEndsRetries(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		opts     []grpcmw.Option
-		accepted int        // of 10 sends of 100 bytes
-		code     codes.Code // of CloseAndRecv
-		calls    int64
+		name   string
+		opts   []grpcmw.Option
+		answer func(int64, string) testserver.GRPCAnswer
+		code   codes.Code // of CloseAndRecv
 	}{
-		{"retried", []grpcmw.Option{grpcmw.AllIdempotent()}, 10, codes.OK, 2},
-		{"buffer overflows", []grpcmw.Option{grpcmw.AllIdempotent(), grpcmw.StreamBuffer(4, 64<<10)}, 4, codes.Unavailable, 1},
-		{"not idempotent", nil, 0, codes.Unavailable, 1},
+		{"idempotent", []grpcmw.Option{grpcmw.AllIdempotent()}, firstUnavailable, codes.Unavailable},
+		{"buffer small", []grpcmw.Option{grpcmw.AllIdempotent(), grpcmw.StreamBuffer(4, 64<<10)}, firstUnavailable, codes.Unavailable},
+		{"not idempotent", nil, firstUnavailable, codes.Unavailable},
+		{"answered early", []grpcmw.Option{grpcmw.AllIdempotent()}, func(int64, string) testserver.GRPCAnswer {
+			return testserver.GRPCAnswer{ReadOnly: 1}
+		}, codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				srv := testserver.NewGRPCBufconn(firstUnavailable)
+				srv := testserver.NewGRPCBufconn(tc.answer)
 				defer srv.Stop()
 				conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), tc.opts...)...))
 				defer conn.Close()
 				st := must(testpb.NewTestServiceClient(conn).StreamingInputCall(context.Background()))
 				accepted := 0
 				for range 10 {
-					time.Sleep(10 * time.Millisecond) // the server has answered Unavailable by now
+					time.Sleep(10 * time.Millisecond) // the server has answered by now
 					if err := st.Send(payload(100)); err == io.EOF {
 						break // what grpc-go's callers do
 					} else if err != nil {
@@ -142,11 +145,11 @@ func TestStreamSendEOFKeptForReplay(t *testing.T) {
 					accepted++
 				}
 				resp, err := st.CloseAndRecv()
-				if accepted != tc.accepted || status.Code(err) != tc.code || srv.Received.Load() != tc.calls {
-					t.Errorf("%d sends accepted, then %v after %d calls; want %d, %v after %d", accepted, err, srv.Received.Load(), tc.accepted, tc.code, tc.calls)
+				if accepted == 10 || status.Code(err) != tc.code || srv.Received.Load() != 1 {
+					t.Errorf("%d of 10 sends accepted, then %v after %d calls; want io.EOF before the end, then %v after 1 call", accepted, err, srv.Received.Load(), tc.code)
 				}
-				if err == nil && resp.GetAggregatedPayloadSize() != 1000 {
-					t.Errorf("success with %d of the 1000 bytes sent", resp.GetAggregatedPayloadSize())
+				if err == nil && int(resp.GetAggregatedPayloadSize()) != 100*min(accepted, 1) {
+					t.Errorf("success with %d bytes read after %d sends accepted", resp.GetAggregatedPayloadSize(), accepted)
 				}
 			})
 		})
@@ -633,6 +636,143 @@ func TestStreamCallerEndsAreNeutral(t *testing.T) {
 		_, err2 := client2.Watch(context.Background(), &healthpb.HealthCheckRequest{})
 		if status.Code(err) != codes.Unavailable || status.Code(err2) != codes.Unavailable || !errors.Is(err2, breaker.ErrOpen) {
 			t.Errorf("got %v, then %v; want Unavailable, then Unavailable matching ErrOpen", err, err2)
+		}
+	})
+}
+
+// TestConnCloseDuringCallIsNeutral: the caller closing the connection while
+// a call waits (a stream's Recv, a unary call) says nothing of the
+// downstream: neither a success, which could close a half-open breaker
+// untested, nor a failure.
+func TestConnCloseDuringCallIsNeutral(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		stream bool
+		retry  bool
+	}{{"stream", true, false}, {"stream, retry", true, true}, {"unary", false, false}, {"unary, retry", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
+				srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} })
+				defer srv.Stop()
+				c, opts := must(chain.New(b)), []grpcmw.Option(nil)
+				if tc.retry {
+					c, opts = must(chain.New(threeAttempts(), b)), []grpcmw.Option{grpcmw.AllIdempotent()}
+				}
+				conn := must(srv.Dial(grpcmw.DialOptions(c, opts...)...))
+				client := healthpb.NewHealthClient(conn)
+				errc := make(chan error, 1)
+				go func() {
+					if tc.stream {
+						w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+						if err == nil {
+							_, err = w.Recv()
+						}
+						errc <- err
+						return
+					}
+					_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+					errc <- err
+				}()
+				time.Sleep(10 * time.Millisecond)
+				synctest.Wait()
+				conn.Close()
+				err := <-errc
+				synctest.Wait()
+				if cn := b.Counts(); cn.Neutral != 1 || cn.Successes+cn.Failures != 0 || srv.Received.Load() != 1 {
+					t.Errorf("%v after %d calls; breaker %+v; want one call, neutral", err, srv.Received.Load(), cn)
+				}
+			})
+		})
+	}
+}
+
+// TestSizeLimitsAreNeutral: a message over a size limit (a request over
+// grpc.MaxCallSendMsgSize never leaves the client; a response over
+// grpc.MaxCallRecvMsgSize is refused by it) is neither retried nor counted
+// against the downstream.
+func TestSizeLimitsAreNeutral(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 3, OpenTimeout: time.Hour}))
+		srv := testserver.NewGRPCBufconn(always(codes.OK))
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "0123456789"}, grpc.MaxCallSendMsgSize(5))
+		if status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 0 {
+			t.Errorf("unary over the send limit: %v after %d calls; want ResourceExhausted, none sent", err, srv.Received.Load())
+		}
+		_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.MaxCallRecvMsgSize(1))
+		if status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 1 {
+			t.Errorf("unary over the receive limit: %v after %d calls; want ResourceExhausted after 1", err, srv.Received.Load())
+		}
+		w := must(client.Watch(context.Background(), &healthpb.HealthCheckRequest{}, grpc.MaxCallRecvMsgSize(1)))
+		if _, err := w.Recv(); status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 2 {
+			t.Errorf("stream over the receive limit: %v after %d calls; want ResourceExhausted after 2", err, srv.Received.Load())
+		}
+		if cn := b.Counts(); cn.Failures != 0 || cn.Neutral != 3 || b.State() != breaker.StateClosed {
+			t.Errorf("breaker %v %+v; want 3 neutral calls, no failure", b.State(), cn)
+		}
+	})
+}
+
+// TestStreamContextCommits: once the caller has the stream's Context, the
+// stream is not retried (a retry would cancel that context under it), as
+// grpc-go does; Header and Context do not wait for a retry in progress.
+func TestStreamContextCommits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		ctx := w.Context()
+		if _, err := w.Recv(); status.Code(err) != codes.Unavailable || srv.Received.Load() != 1 || ctx.Err() == nil {
+			t.Errorf("after Context: %v after %d calls, context %v; want Unavailable from the one call, its context ended", err, srv.Received.Load(), ctx.Err())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		slow := must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0)))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slow)), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		done := make(chan error, 1)
+		go func() { _, err := w.Recv(); done <- err }()
+		time.Sleep(100 * time.Millisecond) // the Recv now waits out the retry's 1 s backoff
+		start := time.Now()
+		_, _ = w.Header()
+		_ = w.Trailer()
+		if waited := time.Since(start); waited != 0 {
+			t.Errorf("Header and Trailer waited %v for the retry in progress", waited)
+		}
+		if err := <-done; err != nil || srv.Received.Load() != 2 {
+			t.Errorf("the retried Recv: %v after %d calls, want a message from the 2nd", err, srv.Received.Load())
+		}
+	})
+}
+
+// TestStreamHeaderThenRecvInBubble: a stream used in a synctest bubble lets
+// virtual time pass while the retry that Header's discovery leads to waits
+// out its backoff (the stream's lock is a channel, so a goroutine waiting
+// for it is durably blocked).
+func TestStreamHeaderThenRecvInBubble(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		_, _ = w.Header()
+		n := 0
+		var err error
+		for ; err == nil; n++ {
+			_, err = w.Recv()
+		}
+		if err != io.EOF || n != 4 || srv.Received.Load() != 2 {
+			t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
 		}
 	})
 }

@@ -60,5 +60,5 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 	u.attempts++
 	u.trailer = nil
 	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
-	return u.cfg.outcome(u.callerCtx, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
+	return u.cfg.outcome(u.callerCtx, u.cc, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
 }

@@ -34,6 +34,7 @@ type GRPCAnswer struct {
 	PushbackMs string        // a grpc-retry-pushback-ms trailer
 	Messages   int           // a stream: messages to send (0: 3)
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
+	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
 }
 
 // GRPC is a gRPC server of the health service.
@@ -159,7 +160,10 @@ func (t *streams) StreamingInputCall(stream testpb.TestService_StreamingInputCal
 		return status.Error(a.Code, "testserver: "+a.Code.String())
 	}
 	total := 0
-	for {
+	for n := 0; ; n++ {
+		if a.ReadOnly > 0 && n == a.ReadOnly {
+			return stream.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: int32(total)})
+		}
 		req, err := stream.Recv()
 		if err == io.EOF {
 			return stream.SendAndClose(&testpb.StreamingInputCallResponse{AggregatedPayloadSize: int32(total)})
