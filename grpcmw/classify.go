@@ -91,9 +91,10 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err e
 
 // neutral reports an error that says nothing of the downstream's health:
 // the caller closed the connection, or a message went over a size limit
-// (grpc-go's ResourceExhausted "… larger than max …", raised on the client
-// for a request or a response, or by the server for a request it would not
-// read). Overload, the other ResourceExhausted, stays a retryable failure.
+// (grpc-go's ResourceExhausted "… larger than max …", on whichever side the
+// limit is set: a property of the message, which a retry would not
+// change). Overload, the other ResourceExhausted, stays a retryable
+// failure.
 func neutral(cc *grpc.ClientConn, err error) bool {
 	if cc != nil && cc.GetState() == connectivity.Shutdown {
 		return true

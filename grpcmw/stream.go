@@ -12,8 +12,10 @@ import (
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -158,6 +160,9 @@ type expiry struct{ owner int }
 
 func (*expiry) Error() string { return "grpcmw: stream not established in time" }
 
+// errCommitted ends a retry that Context's commitment overtook.
+var errCommitted = status.Error(codes.Canceled, "grpcmw: Context was called while the stream was being retried")
+
 // errEOF ends a retry loop on a stream that ended cleanly before any message.
 var errEOF = retry.Permanent(io.EOF)
 
@@ -206,6 +211,13 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 	}
 	a.cs, s.cur = cs, a
 	s.curStream.Store(&cs)
+	if recv && s.committed.Load() {
+		// Context was called as this retry began, and may have handed out
+		// the failed attempt's context: the stream ends there instead.
+		s.abandonLocked(a)
+		s.finished = true
+		return retry.Permanent(errCommitted)
+	}
 	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
 	if !s.closedSend && a.timer != nil {
 		// Created, and the client still sending: an upload, or a bidi call,
@@ -524,7 +536,12 @@ func (s *stream) RecvMsg(m any) error {
 	}
 	// Before the first response, with everything sent: retry.
 	failed := s.failLocked(a, err, a.cs.Trailer(), true)
-	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attemptLocked(true, m) })
+	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error {
+		if s.committed.Load() {
+			return retry.Permanent(err) // Context was called during the wait
+		}
+		return s.attemptLocked(true, m)
+	})
 	if rerr == nil {
 		return nil
 	}

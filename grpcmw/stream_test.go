@@ -752,6 +752,24 @@ func TestStreamContextCommits(t *testing.T) {
 			t.Errorf("the retried Recv: %v after %d calls, want a message from the 2nd", err, srv.Received.Load())
 		}
 	})
+	// Context called during the retry's backoff: the retry is not made,
+	// and the context the caller got has ended with the stream.
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(firstUnavailable)
+		defer srv.Stop()
+		slow := must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0)))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slow)), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		done := make(chan error, 1)
+		go func() { _, err := w.Recv(); done <- err }()
+		time.Sleep(100 * time.Millisecond) // in the backoff
+		ctx := w.Context()
+		err := <-done
+		if err == nil || ctx.Err() == nil || srv.Received.Load() != 1 {
+			t.Errorf("Context during the backoff: Recv %v after %d calls, context %v; want the stream ended after 1 call, with its context", err, srv.Received.Load(), ctx.Err())
+		}
+	})
 }
 
 // TestStreamHeaderThenRecvInBubble: a stream used in a synctest bubble lets
