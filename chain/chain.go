@@ -28,6 +28,7 @@ type Chain struct {
 	findings []Finding
 	desc     string
 	holds    bool // Do may make attempt contexts that a Holder can keep
+	opaque   bool // some step is a policy the chain does not know
 }
 
 type kind uint8
@@ -92,7 +93,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			s = step{kind: kindFallback, f: v, p: p}
 		}
 		if s.kind == kindOpaque {
-			c.holds = true // a nested Chain, or a policy that may run one
+			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
 		}
 		c.steps = append(c.steps, s)
 		names = append(names, describe(p))
@@ -197,4 +198,18 @@ func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error 
 		return call(ctx)
 	}
 	return c.run(ctx, 0, frame{owner: -1}, call)
+}
+
+// DoHolding is Do under [WithHolder]: call may keep its attempt context
+// alive after it returns, with [Hold]. It spares WithHolder's allocation
+// unless the chain has a policy it does not know (which may run a chain of
+// its own, and learns of the holding from the context).
+func (c *Chain) DoHolding(ctx context.Context, call func(context.Context) error) error {
+	if c == nil || len(c.steps) == 0 {
+		return call(ctx)
+	}
+	if c.opaque {
+		ctx = WithHolder(ctx)
+	}
+	return c.run(ctx, 0, frame{owner: -1, hold: true}, call)
 }

@@ -339,21 +339,32 @@ func TestNeedsHolder(t *testing.T) {
 		{must(chain.New(to(time.Minute), must(retry.New()))), true},
 		{must(chain.New(must(retry.New()), inner)), true},
 	} {
-		var attemptCtx context.Context
-		var held *chain.Held
-		ctx := chain.WithHolder(context.Background())
-		_ = tc.c.Do(ctx, func(ctx context.Context) error {
-			attemptCtx, held = ctx, chain.Hold(ctx)
-			return nil
-		})
-		made := attemptCtx != ctx
-		if got := tc.c.NeedsHolder(); got != tc.want || made != tc.want {
-			t.Errorf("%v: NeedsHolder() = %t, made an attempt context: %t; want %t", tc.c, got, made, tc.want)
+		for _, holding := range []bool{false, true} {
+			var attemptCtx context.Context
+			var held *chain.Held
+			call := func(ctx context.Context) error {
+				attemptCtx, held = ctx, chain.Hold(ctx)
+				return nil
+			}
+			ctx := context.Background()
+			if holding {
+				_ = tc.c.DoHolding(ctx, call) // no WithHolder needed
+			} else {
+				ctx = chain.WithHolder(ctx)
+				_ = tc.c.Do(ctx, call)
+			}
+			made := attemptCtx != ctx
+			if got := tc.c.NeedsHolder(); got != tc.want || made != tc.want || (held != nil) != tc.want {
+				t.Errorf("%v, DoHolding %t: NeedsHolder() = %t, made an attempt context: %t, held: %t; want %t", tc.c, holding, got, made, held != nil, tc.want)
+			}
+			if attemptCtx.Err() != nil {
+				t.Errorf("%v, DoHolding %t: a held attempt context was canceled when the call returned", tc.c, holding)
+			}
+			held.Release()
+			if tc.want && attemptCtx.Err() == nil {
+				t.Errorf("%v, DoHolding %t: alive after release", tc.c, holding)
+			}
 		}
-		if attemptCtx.Err() != nil {
-			t.Errorf("%v: a held attempt context was canceled when the call returned", tc.c)
-		}
-		held.Release()
 	}
 	var nilChain *chain.Chain
 	if nilChain.NeedsHolder() {

@@ -14,6 +14,7 @@ type frame struct {
 	deadline time.Time
 	timeout  time.Duration // the timeout that set deadline
 	owner    int           // the step that set it, or -1
+	hold     bool          // under DoHolding: attempt contexts may be held
 }
 
 // run executes step i and everything inside it.
@@ -68,7 +69,7 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 			// The fallback runs within the timeouts around it: make their
 			// deadline a context first, as for an opaque policy.
 			return c.call(ctx, f, func(ctx context.Context) error {
-				return c.fallback(ctx, i, frame{owner: -1}, call)
+				return c.fallback(ctx, i, frame{owner: -1, hold: f.hold}, call)
 			})
 		}
 		return c.fallback(ctx, i, f, call)
@@ -79,12 +80,12 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 	if f.owner >= 0 {
 		return c.call(ctx, f, func(ctx context.Context) error {
 			return s.p.Do(ctx, func(ctx context.Context) error {
-				return c.run(ctx, i+1, frame{owner: -1}, call)
+				return c.run(ctx, i+1, frame{owner: -1, hold: f.hold}, call)
 			})
 		})
 	}
 	return s.p.Do(ctx, func(ctx context.Context) error {
-		return c.run(ctx, i+1, frame{owner: -1}, call)
+		return c.run(ctx, i+1, frame{owner: -1, hold: f.hold}, call)
 	})
 }
 
@@ -108,7 +109,7 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 		return call(ctx)
 	}
 	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, c.steps[f.owner].t.Cause(f.timeout))
-	if holdable(ctx) {
+	if f.hold || holdable(ctx) {
 		a := newAttempt(ctx, actx, cancel) // the call may take the cancellation over
 		defer a.finish()
 		return attemptError(ctx, actx, f, call(a))

@@ -138,23 +138,23 @@ func (e *StatusError) Error() string {
 	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
 }
 
-var idempotentMethods = map[string]bool{
-	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true,
-	http.MethodTrace: true, http.MethodPut: true, http.MethodDelete: true,
+func idempotentMethod(method string) bool {
+	switch method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true // "" is GET
+	}
+	return false
 }
 
 func (t *transport) retryable(req *http.Request) bool {
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 		return false // the body cannot be replayed
 	}
-	if t.cfg.retryAll || req.Header.Get("Idempotency-Key") != "" {
+	// The header's canonical key, as Header.Set and the parser store it.
+	if t.cfg.retryAll || len(req.Header["Idempotency-Key"]) > 0 && req.Header["Idempotency-Key"][0] != "" {
 		return true
 	}
-	method := req.Method
-	if method == "" {
-		method = http.MethodGet
-	}
-	return idempotentMethods[method]
+	return idempotentMethod(req.Method)
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -165,12 +165,9 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
-	ctx := req.Context()
-	if c.NeedsHolder() {
-		// The chain may make attempt contexts: the returned body must keep its own.
-		ctx = chain.WithHolder(ctx)
-	}
-	err = c.Do(ctx, x.attempt)
+	// DoHolding: the returned body keeps its attempt context, if the chain
+	// makes one, until it is closed.
+	err = c.DoHolding(req.Context(), x.attempt)
 	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
 	defer x.mu.Unlock()
 	if x.attempts == 0 {
