@@ -27,8 +27,9 @@
 // # What is retried
 //
 // Only idempotent requests: GET, HEAD, OPTIONS, TRACE, PUT and DELETE, or
-// any request with an Idempotency-Key header ([RetryAll] opts in to the
-// rest). A request with a body is retried only if it has GetBody (as made by
+// any request with an Idempotency-Key or X-Idempotency-Key header, even one
+// with a nil value, as net/http's own replay rule has it ([RetryAll] opts
+// in to the rest). A request with a body is retried only if it has GetBody (as made by
 // http.NewRequest for in-memory bodies), which replays the body byte for
 // byte. Retry-After (seconds or an HTTP date) replaces the backoff wait; a
 // wait past the caller's deadline ends the retries.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -150,8 +151,16 @@ func (t *transport) retryable(req *http.Request) bool {
 	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
 		return false // the body cannot be replayed
 	}
-	// The header's canonical key, as Header.Set and the parser store it.
-	if t.cfg.retryAll || len(req.Header["Idempotency-Key"]) > 0 && req.Header["Idempotency-Key"][0] != "" {
+	if t.cfg.retryAll {
+		return true
+	}
+	// As net/http's own replay rule: the header present, even with a nil
+	// value (net/http's way of marking a request idempotent without sending
+	// the header), under its canonical key as Header.Set stores it.
+	if _, ok := req.Header["Idempotency-Key"]; ok {
+		return true
+	}
+	if _, ok := req.Header["X-Idempotency-Key"]; ok {
 		return true
 	}
 	return idempotentMethod(req.Method)
@@ -170,6 +179,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	err = c.DoHolding(req.Context(), x.attempt)
 	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
 	defer x.mu.Unlock()
+	x.over = true
 	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}
@@ -207,11 +217,12 @@ type exchange struct {
 	body   io.ReadCloser // the returned response's body
 	closed sync.Once
 
-	mu sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
+	mu   sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
+	over bool       // RoundTrip has its result: no more attempts
 }
 
 // errConcurrent is what a second attempt at once gets.
-var errConcurrent = breaker.NotFailure(retry.Permanent(errors.New("httpmw: attempts run one at a time; a policy that runs them at once (hedging) gets an error for the second")))
+var errConcurrent = breaker.NotFailure(retry.Permanent(errors.New("httpmw: attempts run one at a time, within RoundTrip; a policy that runs them at once (hedging), or after its Do returned, gets this error")))
 
 // attempt sends one copy of the request with the attempt's context.
 // Attempts run one at a time: an exchange keeps one response.
@@ -220,6 +231,19 @@ func (x *exchange) attempt(actx context.Context) error {
 		return errConcurrent
 	}
 	defer x.mu.Unlock()
+	if x.over {
+		return errConcurrent // a late call, after RoundTrip has returned
+	}
+	var body io.ReadCloser
+	if x.attempts > 0 && x.req.GetBody != nil {
+		// Before discarding the last response: if the body cannot be
+		// replayed, the caller gets that response.
+		b, err := x.req.GetBody()
+		if err != nil {
+			return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err))
+		}
+		body = b
+	}
 	x.attempts++
 	x.discard()
 	// The caller's request is never modified: an attempt that needs another
@@ -231,11 +255,7 @@ func (x *exchange) attempt(actx context.Context) error {
 	if actx != r.Context() || x.attempts > 1 {
 		r = r.WithContext(actx)
 	}
-	if x.attempts > 1 && x.req.GetBody != nil {
-		body, err := x.req.GetBody()
-		if err != nil {
-			return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err))
-		}
+	if body != nil {
 		r.Body = body
 	}
 	resp, err := x.t.base.RoundTrip(r)
@@ -299,9 +319,12 @@ func retryAfter(v string) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.Atoi(v); err == nil {
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
 		if s < 0 {
 			return 0, false
+		}
+		if s > math.MaxInt64/int64(time.Second) {
+			return math.MaxInt64, true // centuries: past any MaxPushback
 		}
 		return time.Duration(s) * time.Second, true
 	}

@@ -1,0 +1,153 @@
+package httpmw_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/httpmw"
+)
+
+// The tests in this file run against an in-memory base RoundTripper, to
+// reach edges a real server does not easily show.
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// closeCounter counts its Close calls.
+type closeCounter struct {
+	io.Reader
+	closes atomic.Int32
+}
+
+func (b *closeCounter) Close() error { b.closes.Add(1); return nil }
+
+func answer(status int, h http.Header, body string) (*http.Response, *closeCounter) {
+	if h == nil {
+		h = http.Header{}
+	}
+	b := &closeCounter{Reader: strings.NewReader(body)}
+	return &http.Response{StatusCode: status, Header: h, Body: b}, b
+}
+
+// failThenOK answers 503 with header h once, then 200; it counts calls.
+func failThenOK(h http.Header, calls *atomic.Int32) roundTripFunc {
+	return func(*http.Request) (*http.Response, error) {
+		if calls.Add(1) == 1 {
+			resp, _ := answer(503, h, "")
+			return resp, nil
+		}
+		resp, _ := answer(200, nil, "ok")
+		return resp, nil
+	}
+}
+
+// TestRetryAfterCenturies: a Retry-After too large for a time.Duration is a
+// wait past any MaxPushback (it wrapped around to a fraction of a second).
+func TestRetryAfterCenturies(t *testing.T) {
+	var calls atomic.Int32
+	tr := httpmw.NewTransport(failThenOK(http.Header{"Retry-After": {"18446744074"}}, &calls), must(chain.New(threeAttempts())))
+	resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, "http://callguard.test/", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if calls.Load() != 1 || resp.StatusCode != 503 {
+		t.Errorf("Retry-After of 584 years: %d attempts, status %d; want 1 attempt and the 503", calls.Load(), resp.StatusCode)
+	}
+}
+
+// TestIdempotencyKeyAsNetHTTP: as net/http's replay rule, an Idempotency-Key
+// header with a nil value (marked, not sent) and an X-Idempotency-Key make a
+// POST retryable.
+func TestIdempotencyKeyAsNetHTTP(t *testing.T) {
+	for _, h := range []http.Header{{"Idempotency-Key": nil}, {"X-Idempotency-Key": {"k"}}, {}} {
+		var calls atomic.Int32
+		tr := httpmw.NewTransport(failThenOK(nil, &calls), must(chain.New(threeAttempts())))
+		req := must(http.NewRequest(http.MethodPost, "http://callguard.test/", strings.NewReader("b")))
+		req.Header = h
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		want := int32(2)
+		if len(h) == 0 {
+			want = 1 // a plain POST is not retried
+		}
+		if calls.Load() != want {
+			t.Errorf("%v: %d attempts, want %d", h, calls.Load(), want)
+		}
+	}
+}
+
+// lateCaller is a careless policy of the user's: it calls again after its
+// Do has returned.
+type lateCaller struct{ wg *sync.WaitGroup }
+
+func (p lateCaller) Do(ctx context.Context, call func(context.Context) error) error {
+	err := call(ctx)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		time.Sleep(20 * time.Millisecond)
+		_ = call(context.WithoutCancel(ctx))
+	}()
+	return err
+}
+
+// TestLateAttemptRefused: an attempt after RoundTrip has returned sends
+// nothing and leaves the caller's response alone.
+func TestLateAttemptRefused(t *testing.T) {
+	var wg sync.WaitGroup
+	var calls atomic.Int32
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		calls.Add(1)
+		resp, _ := answer(200, nil, "hello")
+		return resp, nil
+	})
+	tr := httpmw.NewTransport(base, must(chain.New(lateCaller{&wg})))
+	resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, "http://callguard.test/", nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello" || calls.Load() != 1 {
+		t.Errorf("body %q after %d requests; want the caller's \"hello\" and no late request", body, calls.Load())
+	}
+}
+
+// TestGetBodyFailureKeepsLastResponse: when a retry cannot replay the body,
+// the caller gets the last failing response, whose body is open.
+func TestGetBodyFailureKeepsLastResponse(t *testing.T) {
+	var calls atomic.Int32
+	var first *closeCounter
+	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+		calls.Add(1)
+		resp, b := answer(503, nil, "busy")
+		first = b
+		return resp, nil
+	})
+	tr := httpmw.NewTransport(base, must(chain.New(threeAttempts())))
+	req := must(http.NewRequest(http.MethodPut, "http://callguard.test/", strings.NewReader("b")))
+	req.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("got %v, %v; want the 503", resp, err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "busy" || calls.Load() != 1 || first.closes.Load() != 1 {
+		t.Errorf("body %q after %d requests, closed %d times; want \"busy\" from 1, closed once", body, calls.Load(), first.closes.Load())
+	}
+}
