@@ -717,28 +717,35 @@ func TestSizeLimitsAreNeutral(t *testing.T) {
 	})
 }
 
+// watchFailingOnce opens a Watch, through a chain of r, on a bufconn
+// server whose first call fails with Unavailable; stop ends both.
+func watchFailingOnce(r *retry.Policy) (srv *testserver.GRPC, w healthpb.Health_WatchClient, stop func()) {
+	srv = testserver.NewGRPCBufconn(firstUnavailable)
+	conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(r)), grpcmw.AllIdempotent())...))
+	w = must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+	return srv, w, func() { conn.Close(); srv.Stop() }
+}
+
+// slowRetry waits 1 s between its 3 attempts.
+func slowRetry() *retry.Policy {
+	return must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0)))
+}
+
 // TestStreamContextCommits: once the caller has the stream's Context, the
 // stream is not retried (a retry would cancel that context under it), as
 // grpc-go does; Header and Context do not wait for a retry in progress.
 func TestStreamContextCommits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.NewGRPCBufconn(firstUnavailable)
-		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())...))
-		defer conn.Close()
-		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		srv, w, stop := watchFailingOnce(threeAttempts())
+		defer stop()
 		ctx := w.Context()
 		if _, err := w.Recv(); status.Code(err) != codes.Unavailable || srv.Received.Load() != 1 || ctx.Err() == nil {
 			t.Errorf("after Context: %v after %d calls, context %v; want Unavailable from the one call, its context ended", err, srv.Received.Load(), ctx.Err())
 		}
 	})
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.NewGRPCBufconn(firstUnavailable)
-		defer srv.Stop()
-		slow := must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0)))
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slow)), grpcmw.AllIdempotent())...))
-		defer conn.Close()
-		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		srv, w, stop := watchFailingOnce(slowRetry())
+		defer stop()
 		done := make(chan error, 1)
 		go func() { _, err := w.Recv(); done <- err }()
 		time.Sleep(100 * time.Millisecond) // the Recv now waits out the retry's 1 s backoff
@@ -755,12 +762,8 @@ func TestStreamContextCommits(t *testing.T) {
 	// Context called during the retry's backoff: the retry is not made,
 	// and the context the caller got has ended with the stream.
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.NewGRPCBufconn(firstUnavailable)
-		defer srv.Stop()
-		slow := must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0)))
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slow)), grpcmw.AllIdempotent())...))
-		defer conn.Close()
-		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		srv, w, stop := watchFailingOnce(slowRetry())
+		defer stop()
 		done := make(chan error, 1)
 		go func() { _, err := w.Recv(); done <- err }()
 		time.Sleep(100 * time.Millisecond) // in the backoff
@@ -778,11 +781,8 @@ func TestStreamContextCommits(t *testing.T) {
 // for it is durably blocked).
 func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := testserver.NewGRPCBufconn(firstUnavailable)
-		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())...))
-		defer conn.Close()
-		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		srv, w, stop := watchFailingOnce(threeAttempts())
+		defer stop()
 		_, _ = w.Header()
 		n := 0
 		var err error
