@@ -27,7 +27,7 @@ type Chain struct {
 	steps    []step
 	findings []Finding
 	desc     string
-	holds    bool // Do may make attempt contexts that a Holder can keep
+	holds    bool // Do may make attempt contexts that Hold can keep
 	opaque   bool // some step is a policy the chain does not know
 }
 
@@ -123,10 +123,10 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 }
 
 // NeedsHolder reports whether calls of [Chain.Do] may run under attempt
-// contexts that a [Holder] can keep alive: the chain has a
-// [timeout.Policy], or a policy it does not know, such as a nested Chain,
-// that may have one. When it reports false, Do never makes an attempt
-// context, and an adapter can skip [WithHolder]. A nil Chain needs none.
+// contexts that [Hold] can keep alive: the chain has a [timeout.Policy], or
+// a policy it does not know, such as a nested Chain, that may have one.
+// When it reports false, Do never makes an attempt context, and an adapter
+// can skip [WithHolder] (or [Chain.DoHolding]). A nil Chain needs none.
 func (c *Chain) NeedsHolder() bool { return c != nil && c.holds }
 
 func (o Options) ignored(code string) bool {
