@@ -12,10 +12,8 @@ import (
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -138,8 +136,9 @@ type stream struct {
 	sentBytes  int
 	overflow   bool // sent more than the buffer holds, or the caller saw io.EOF: no more retries
 	closedSend bool
-	received   bool // the first response arrived: no more retries
-	finished   bool // the final outcome is known: no more retries
+	received   bool  // the first response arrived: no more retries
+	finished   bool  // the final outcome is known: no more retries
+	lastErr    error // the last failed attempt's error, as the retry saw it
 }
 
 // attempt is one try at the stream, with the breakers' permits for it.
@@ -159,9 +158,6 @@ type attempt struct {
 type expiry struct{ owner int }
 
 func (*expiry) Error() string { return "grpcmw: stream not established in time" }
-
-// errCommitted ends a retry that Context's commitment overtook.
-var errCommitted = status.Error(codes.Canceled, "grpcmw: Context was called while the stream was being retried")
 
 // errEOF ends a retry loop on a stream that ended cleanly before any message.
 var errEOF = retry.Permanent(io.EOF)
@@ -216,7 +212,7 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		// the failed attempt's context: the stream ends there instead.
 		s.abandonLocked(a)
 		s.finished = true
-		return retry.Permanent(errCommitted)
+		return retry.Permanent(s.lastErr) // the failure that led to this retry
 	}
 	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
 	if !s.closedSend && a.timer != nil {
@@ -267,6 +263,7 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 // should see. trailer is a's, if it made a stream that ended.
 func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
 	err = s.timedOut(a, err)
+	s.lastErr = err
 	s.endLocked(a, err)
 	return s.outcome(err, trailer, recv)
 }
@@ -527,7 +524,7 @@ func (s *stream) RecvMsg(m any) error {
 		s.finishLocked(nil)
 		return io.EOF
 	case s.finished || a != s.cur:
-		return err
+		return toStatus(s.ctx, s.timedOut(a, err)) // the same status as before
 	}
 	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
@@ -538,7 +535,7 @@ func (s *stream) RecvMsg(m any) error {
 	failed := s.failLocked(a, err, a.cs.Trailer(), true)
 	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error {
 		if s.committed.Load() {
-			return retry.Permanent(err) // Context was called during the wait
+			return retry.Permanent(s.lastErr) // Context was called during the wait
 		}
 		return s.attemptLocked(true, m)
 	})

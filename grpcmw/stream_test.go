@@ -794,3 +794,49 @@ func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 		}
 	})
 }
+
+// TestStreamStatusAfterCommitAndEnd: the caller gets the status of the
+// failure that ended the stream: the last attempt's when Context stops a
+// retry during its backoff (also after the chain's timeout), and the same
+// status again from a RecvMsg after the end.
+func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(n int64, _ string) testserver.GRPCAnswer {
+			switch n {
+			case 1:
+				return testserver.GRPCAnswer{Code: codes.Unavailable}
+			case 2:
+				return testserver.GRPCAnswer{Code: codes.ResourceExhausted}
+			}
+			return testserver.GRPCAnswer{}
+		})
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry())), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		done := make(chan error, 1)
+		go func() { _, err := w.Recv(); done <- err }()
+		time.Sleep(1500 * time.Millisecond) // in the 2nd backoff, after attempt 2 failed
+		_ = w.Context()
+		if err := <-done; status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 2 {
+			t.Errorf("got %v after %d calls; want the 2nd attempt's ResourceExhausted", err, srv.Received.Load())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} })
+		defer srv.Stop()
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry(), must(timeout.New(100*time.Millisecond)))), grpcmw.AllIdempotent())...))
+		defer conn.Close()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		done := make(chan error, 1)
+		go func() { _, err := w.Recv(); done <- err }()
+		time.Sleep(500 * time.Millisecond) // in the backoff after the first attempt's timeout
+		_ = w.Context()
+		if err := <-done; status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("got %v; want the chain timeout's DeadlineExceeded", err)
+		}
+		if _, err := w.Recv(); status.Code(err) != codes.DeadlineExceeded {
+			t.Errorf("a Recv after the end: %v; want DeadlineExceeded again", err)
+		}
+	})
+}
