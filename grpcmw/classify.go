@@ -3,6 +3,7 @@ package grpcmw
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -70,7 +71,7 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err e
 	}
 	switch cfg.classify(code) {
 	case Success:
-		return breaker.NotFailure(err)
+		return breaker.NotFailure(retry.Permanent(err))
 	case CallerError:
 		return breaker.NotFailure(retry.Permanent(err))
 	case Failure:
@@ -83,6 +84,9 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err e
 		ms, perr := strconv.Atoi(v[0])
 		if perr != nil || ms < 0 {
 			return retry.After(err, -1) // gRFC A6: invalid or negative means do not retry
+		}
+		if ms > math.MaxInt64/int(time.Millisecond) {
+			return retry.After(err, math.MaxInt64) // longer than any MaxPushback
 		}
 		return retry.After(err, time.Duration(ms)*time.Millisecond)
 	}

@@ -540,3 +540,54 @@ func TestCallOptionsPassedThrough(t *testing.T) {
 		}
 	}
 }
+
+// TestSuccessClassNotRetried: a status a Classify rates a Success is
+// neither retried nor counted as a failure.
+func TestSuccessClassNotRetried(t *testing.T) {
+	c := must(chain.New(threeAttempts()))
+	srv, client := server(t, always(codes.AlreadyExists), grpcmw.DialOptions(c, grpcmw.AllIdempotent(),
+		grpcmw.Classify(func(code codes.Code) grpcmw.Class {
+			if code == codes.AlreadyExists {
+				return grpcmw.Success
+			}
+			return grpcmw.DefaultClassify(code)
+		}))...)
+	err := check(context.Background(), client)
+	if status.Code(err) != codes.AlreadyExists || srv.Received.Load() != 1 {
+		t.Errorf("got %v after %d calls; want AlreadyExists after 1", err, srv.Received.Load())
+	}
+}
+
+// TestPushbackTooLongForADuration: a pushback past what a time.Duration
+// holds is past any MaxPushback: no retry (it wrapped to 64 ns).
+func TestPushbackTooLongForADuration(t *testing.T) {
+	c := must(chain.New(threeAttempts()))
+	srv, client := server(t, func(int64, string) testserver.GRPCAnswer {
+		return testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "76480200929599801"}
+	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	err := check(context.Background(), client)
+	if status.Code(err) != codes.Unavailable || srv.Received.Load() != 1 {
+		t.Errorf("got %v after %d calls; want Unavailable from 1 call", err, srv.Received.Load())
+	}
+}
+
+// TestInvalidOptionsNamed: an invalid option fails every call with an
+// error naming it.
+func TestInvalidOptionsNamed(t *testing.T) {
+	build := func(string) (*chain.Chain, error) { return must(chain.New(threeAttempts())), nil }
+	key := func(context.Context, string, *grpc.ClientConn) string { return "" }
+	for name, o := range map[string]grpcmw.Option{
+		"PerMethod":    grpcmw.PerMethod(build, 0),
+		"PerTarget":    grpcmw.PerTarget(nil, 5),
+		"PerKey":       grpcmw.PerKey(key, nil, 5),
+		"Classify":     grpcmw.Classify(nil),
+		"StreamBuffer": grpcmw.StreamBuffer(-1, 0),
+	} {
+		_, client := server(t, always(codes.OK), grpcmw.DialOptions(nil, o)...)
+		for range 2 {
+			if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), name) {
+				t.Errorf("%s: got %v, want an error naming it", name, err)
+			}
+		}
+	}
+}

@@ -60,12 +60,12 @@ func Classify(fn func(codes.Code) Class) Option {
 // (the least recently used is dropped). The chain given to the interceptor
 // is then unused and may be nil.
 func PerMethod(build func(method string) (*chain.Chain, error), maxKeys int) Option {
-	return PerKey(func(_ context.Context, method string, _ *grpc.ClientConn) string { return method }, build, maxKeys)
+	return perKey("PerMethod", func(_ context.Context, method string, _ *grpc.ClientConn) string { return method }, build, maxKeys)
 }
 
 // PerTarget keeps a chain per connection target (cc.Target()).
 func PerTarget(build func(target string) (*chain.Chain, error), maxKeys int) Option {
-	return PerKey(func(_ context.Context, _ string, cc *grpc.ClientConn) string {
+	return perKey("PerTarget", func(_ context.Context, _ string, cc *grpc.ClientConn) string {
 		if cc == nil {
 			return ""
 		}
@@ -75,9 +75,18 @@ func PerTarget(build func(target string) (*chain.Chain, error), maxKeys int) Opt
 
 // PerKey keeps a chain per key computed by key.
 func PerKey(key func(ctx context.Context, method string, cc *grpc.ClientConn) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return perKey("PerKey", key, build, maxKeys)
+}
+
+func perKey(name string, key func(ctx context.Context, method string, cc *grpc.ClientConn) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
 	return optionFunc(func(c *config) {
-		if key == nil {
-			c.err = errors.New("grpcmw: PerKey needs a key function")
+		switch {
+		case key == nil:
+			c.err = fmt.Errorf("grpcmw: %s needs a key function", name)
+		case build == nil:
+			c.err = fmt.Errorf("grpcmw: %s needs a function that builds a chain", name)
+		case maxKeys < 1:
+			c.err = fmt.Errorf("grpcmw: %s(…, %d): the maximum number of keys must be >= 1", name, maxKeys)
 		}
 		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
 	})

@@ -151,3 +151,26 @@ func TestGetBodyFailureKeepsLastResponse(t *testing.T) {
 		t.Errorf("body %q after %d requests, closed %d times; want \"busy\" from 1, closed once", body, calls.Load(), first.closes.Load())
 	}
 }
+
+// TestInvalidOptionsNamed: an invalid option fails every request with an
+// error naming it, and the request body is closed.
+func TestInvalidOptionsNamed(t *testing.T) {
+	build := func(string) (*chain.Chain, error) { return chain.New(threeAttempts()) }
+	c := must(chain.New(threeAttempts()))
+	for name, o := range map[string]httpmw.Option{
+		"PerHost":   httpmw.PerHost(build, 0),
+		"PerKey":    httpmw.PerKey(nil, build, 5),
+		"FailureIf": httpmw.FailureIf(nil),
+		"DrainUpTo": httpmw.DrainUpTo(-1),
+		"nil":       nil,
+	} {
+		var calls atomic.Int32
+		tr := httpmw.NewTransport(failThenOK(nil, &calls), c, o)
+		body := &closeCounter{Reader: strings.NewReader("b")}
+		req := must(http.NewRequest(http.MethodPut, "http://callguard.test/", body))
+		_, err := tr.RoundTrip(req)
+		if err == nil || !strings.Contains(err.Error(), name) || body.closes.Load() != 1 || calls.Load() != 0 {
+			t.Errorf("%s: got %v, body closed %d times, %d requests; want an error naming it, the body closed, none sent", name, err, body.closes.Load(), calls.Load())
+		}
+	}
+}

@@ -64,14 +64,23 @@ func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Optio
 // maxHosts are kept, the least recently used dropped first. The chain given
 // to NewTransport is then unused and may be nil.
 func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option {
-	return PerKey(func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
+	return perKey("PerHost", func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
 }
 
 // PerKey keeps a chain per key computed from the request.
 func PerKey(key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return perKey("PerKey", key, build, maxKeys)
+}
+
+func perKey(name string, key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
 	return optionFunc(func(c *config) {
-		if key == nil {
-			c.err = errors.New("httpmw: PerKey needs a key function")
+		switch {
+		case key == nil:
+			c.err = fmt.Errorf("httpmw: %s needs a key function", name)
+		case build == nil:
+			c.err = fmt.Errorf("httpmw: %s needs a function that builds a chain", name)
+		case maxKeys < 1:
+			c.err = fmt.Errorf("httpmw: %s(…, %d): the maximum number of keys must be >= 1", name, maxKeys)
 		}
 		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
 	})
