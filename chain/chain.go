@@ -71,6 +71,12 @@ func New(policies ...Policy) (*Chain, error) { return Options{}.New(policies...)
 
 // New builds and lints a chain with these options.
 func (o Options) New(policies ...Policy) (*Chain, error) {
+	switch {
+	case o.MaxDetection < 0:
+		return nil, fmt.Errorf("chain: Options.MaxDetection = %v: must be >= 0 (0: the default, 10s)", o.MaxDetection)
+	case o.DownstreamRecovery < 0:
+		return nil, fmt.Errorf("chain: Options.DownstreamRecovery = %v: must be >= 0 (0: unknown)", o.DownstreamRecovery)
+	}
 	c := &Chain{steps: make([]step, 0, len(policies))}
 	names := make([]string, 0, len(policies))
 	for i, p := range policies {

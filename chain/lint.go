@@ -87,9 +87,9 @@ func (l *linter) innerTimeout(i int) (time.Duration, bool) {
 
 func (l *linter) breaker(i int, b *breaker.Breaker) {
 	s := b.Settings()
-	if s.HalfOpenProbes == 0 && !s.SkipHalfOpen {
-		return // an adapted gobreaker: its settings are unknown
-	}
+	// An adapted gobreaker: its settings are unknown, so only the rules of
+	// order apply to it.
+	known := s.HalfOpenProbes > 0 || s.SkipHalfOpen
 	name := b.String()
 
 	// CG001, CG002: retries around or inside the breaker.
@@ -99,19 +99,15 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		}
 		a := o.r.Attempts()
 		if j < i && o.r.RetriesWhenOpen() {
-			waits := o.r.Waits()
-			var sum time.Duration
-			parts := make([]string, len(waits))
-			for k, w := range waits {
-				sum += w
-				parts[k] = w.String()
-			}
+			sum, parts := sumWaits(o.r.Waits())
 			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (docs/conflicts.md, case 3). Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
-				o.r, name, sum, strings.Join(parts, " + "))
+				o.r, name, sum, parts)
 		}
 		if j > i && a > 1 {
 			var consequence string
 			switch {
+			case !known:
+				consequence = fmt.Sprintf("it needs %d× the downstream calls to trip", a)
 			case s.ConsecutiveFailures > 0:
 				n := s.ConsecutiveFailures
 				consequence = fmt.Sprintf("with %d consecutive failures to trip it opens after %d downstream calls instead of %d", n, n*a, n)
@@ -129,17 +125,17 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 	case !ok:
 		l.warn("CG009", "%s has no attempt timeout inside it: a call that hangs holds its half-open probe slot until it returns, and a hung downstream never counts as failing. Fix: add timeout.New(d) between the breaker and the call: chain.New(…, breaker, timeout).", name)
 	default:
-		if n := s.ConsecutiveFailures; n > 0 && time.Duration(n)*t > l.o.MaxDetection {
+		if n := s.ConsecutiveFailures; n > 0 && mulSat(n, t) > l.o.MaxDetection {
 			l.warn("CG004", "%s trips after %d consecutive failures and the attempt timeout inside it is %v: a hung downstream is detected only after %d × %v = %v at 1 caller, each call holding its caller %v meanwhile (docs/conflicts.md, case 2: 15 s at 3 s × 5). Fix: a shorter attempt timeout (still above the healthy tail latency) or fewer failures to trip, for detection within %v.",
-				name, n, t, n, t, time.Duration(n)*t, t, l.o.MaxDetection)
+				name, n, t, n, t, mulSat(n, t), t, l.o.MaxDetection)
 		}
-		if s.FailureRate > 0 && s.Window > 0 && s.Window < 2*t {
+		if s.FailureRate > 0 && s.Window > 0 && s.Window < mulSat(2, t) {
 			l.warn("CG010", "%s rates failures over a %v window, less than 2 × the %v attempt timeout inside it: a hung call is counted only when its timeout fires, so the window sees few outcomes and the rate swings on each. Fix: a window of at least %v (10 × the timeout is typical).",
-				name, s.Window, t, 2*t)
+				name, s.Window, t, mulSat(2, t))
 		}
 	}
 
-	if s.SkipHalfOpen {
+	if !known || s.SkipHalfOpen {
 		return
 	}
 	// CG007: the chance that a half-open round passes on a flaky downstream.
@@ -155,7 +151,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 	}
 	// CG012: breaker jitter.
 	if r := l.o.DownstreamRecovery; r > 0 && s.OpenTimeout < r && s.MaxOpenTimeout < r {
-		rounds := int(math.Ceil(float64(r) / float64(s.OpenTimeout)))
+		rounds := staysUntil(r, s.OpenTimeout, s.MaxOpenTimeout)
 		l.warn("CG012", "%s stays open %v but the downstream takes %v to recover: it will go open → half-open → open about %d times per outage, each round sending %d probes to a downstream still recovering (breaker jitter). Fix: OpenTimeout ≥ %v, or MaxOpenTimeout ≥ %v so the stay grows.",
 			name, s.OpenTimeout, r, rounds-1, n, r, r)
 	}
@@ -210,15 +206,12 @@ func (l *linter) timeout(i int) {
 			continue
 		}
 		r := l.steps[j].r
-		var waits time.Duration
-		for _, w := range r.Waits() {
-			waits += w
-		}
+		waits, _ := sumWaits(r.Waits())
 		at, ok := l.innerTimeout(j)
 		need := waits
 		how := fmt.Sprintf("%v of waits", waits)
 		if ok {
-			need += time.Duration(r.Attempts()) * at
+			need = addSat(need, mulSat(r.Attempts(), at))
 			how = fmt.Sprintf("%d attempts × %v + %v of waits", r.Attempts(), at, waits)
 		}
 		if d < need {
@@ -254,4 +247,52 @@ func (l *linter) fallback(i int) {
 			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
 		}
 	}
+}
+
+// addSat and mulSat are + and × on durations that stop at the largest one
+// instead of wrapping around: a lint over huge settings must not go silent.
+func addSat(a, b time.Duration) time.Duration {
+	if b > 0 && a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+func mulSat(n int, d time.Duration) time.Duration {
+	if n > 0 && d > 0 && d > time.Duration(math.MaxInt64/int64(n)) {
+		return math.MaxInt64
+	}
+	return time.Duration(n) * d
+}
+
+// sumWaits adds a retry's nominal waits, and lists them, the middle elided
+// past a dozen.
+func sumWaits(waits []time.Duration) (time.Duration, string) {
+	var sum time.Duration
+	parts := make([]string, 0, min(len(waits), 13))
+	for k, w := range waits {
+		sum = addSat(sum, w)
+		switch {
+		case len(waits) <= 12 || k < 6 || k >= len(waits)-6:
+			parts = append(parts, w.String())
+		case k == 6:
+			parts = append(parts, fmt.Sprintf("… %d more …", len(waits)-12))
+		}
+	}
+	return sum, strings.Join(parts, " + ")
+}
+
+// staysUntil counts the open stays a breaker goes through before a
+// downstream that takes r to recover is back: each stay doubles from open
+// up to maxOpen (no growth if maxOpen ≤ open).
+func staysUntil(r, open, maxOpen time.Duration) int {
+	n, elapsed, stay := 0, time.Duration(0), open
+	for elapsed < r && n < 1_000_000 {
+		elapsed = addSat(elapsed, stay)
+		n++
+		if maxOpen > stay {
+			stay = min(mulSat(2, stay), maxOpen)
+		}
+	}
+	return n
 }

@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -232,5 +233,78 @@ func TestZeroPolicies(t *testing.T) {
 	gb := must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{})))
 	if _, err := chain.New(rt(), gb); err != nil {
 		t.Errorf("an adapted gobreaker refused: %v", err)
+	}
+}
+
+// finding returns the message of the finding with code, if any.
+func finding(c *chain.Chain, code string) (string, bool) {
+	for _, f := range c.Findings() {
+		if f.Code == code {
+			return f.Message, true
+		}
+	}
+	return "", false
+}
+
+// TestLintHugeSettings: products and sums over huge but valid settings stop
+// at the largest duration instead of wrapping around, so the rules still
+// fire with sensible numbers.
+func TestLintHugeSettings(t *testing.T) {
+	huge := time.Duration(math.MaxInt64 / 2)
+	for _, tc := range []struct {
+		code     string
+		policies []chain.Policy
+	}{
+		{"CG004", []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5}), to(huge)}},
+		{"CG005", []chain.Policy{to(time.Hour), rt(retry.MaxAttempts(2), retry.Constant(0)), br(fiveConsecutive), to(huge + time.Hour)}},
+		{"CG005", []chain.Policy{to(time.Hour), rt(retry.MaxAttempts(retry.MaxAttemptsLimit)), br(fiveConsecutive), to(time.Duration(math.MaxInt64 / 1000))}},
+		{"CG001", []chain.Policy{rt(retry.MaxAttempts(100), retry.Exponential(time.Second, time.Duration(math.MaxInt64/4)), retry.RetryWhenOpen()), br(fiveConsecutive), to(time.Second)}},
+	} {
+		c := must(chain.New(tc.policies...))
+		m, ok := finding(c, tc.code)
+		if !ok || strings.Contains(m, "≈ -") || strings.Contains(m, "= -") {
+			t.Errorf("%s on %v: %q, %t; want it, with no negative duration", tc.code, c, m, ok)
+		}
+		if len(m) > 2000 {
+			t.Errorf("%s on %v: a %d-byte message", tc.code, c, len(m))
+		}
+	}
+}
+
+// TestLintAdaptedGobreaker: a breaker adapted from gobreaker, whose settings
+// are unknown, still gets the rules of order.
+func TestLintAdaptedGobreaker(t *testing.T) {
+	gb := must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{})))
+	c := must(chain.New(gb, rt(retry.MaxAttempts(3)), to(time.Second)))
+	if _, ok := finding(c, "CG002"); !ok {
+		t.Errorf("%v: no CG002 for a retry inside the breaker", c)
+	}
+	c = must(chain.New(rt(retry.MaxAttempts(3), retry.RetryWhenOpen()), gb))
+	for _, code := range []string{"CG001", "CG009"} {
+		if _, ok := finding(c, code); !ok {
+			t.Errorf("%v: no %s", c, code)
+		}
+	}
+}
+
+// TestLintCG012GrowingStay: with a stay that doubles up to MaxOpenTimeout,
+// the breaker goes half-open at 5, 15, 25, 35, 45 and 55 s of a 60 s
+// recovery: 6 rounds.
+func TestLintCG012GrowingStay(t *testing.T) {
+	c := must(chain.Options{DownstreamRecovery: time.Minute}.New(br(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, MaxOpenTimeout: 10 * time.Second}), to(time.Second)))
+	if m, _ := finding(c, "CG012"); !strings.Contains(m, "about 6 times") {
+		t.Errorf("CG012: %q; want about 6 times", m)
+	}
+}
+
+// TestOptionsInvalid: negative durations in Options are refused by name.
+func TestOptionsInvalid(t *testing.T) {
+	for name, o := range map[string]chain.Options{
+		"MaxDetection":       {MaxDetection: -1},
+		"DownstreamRecovery": {DownstreamRecovery: -time.Second},
+	} {
+		if c, err := o.New(rt(), br(fiveConsecutive), to(time.Second)); c != nil || err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s < 0: %v, %v; want an error naming it", name, c, err)
+		}
 	}
 }
