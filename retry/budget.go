@@ -12,10 +12,11 @@ import (
 // budget: a token bucket that every call fills by Ratio tokens and time
 // fills by MinPerSecond tokens a second; each retry takes one token, and a
 // retry finding none is not made. Under a total outage retries are then at
-// most Ratio per call plus MinPerSecond a second, so attempts per call stay
-// at most 1 + Ratio + MinPerSecond / (calls per second). The bucket holds at
-// most the tokens of 100 calls and one second (so it starts with a burst of
-// that size) and never less than one.
+// most Ratio per call plus MinPerSecond a second, plus the bucket's
+// starting burst, so over N calls attempts per call stay at most
+// 1 + Ratio + MinPerSecond / (calls per second) + burst / N. The bucket
+// starts with the tokens of 100 calls and one second (the burst) and holds
+// at most that, or one token if that is less.
 //
 // A Budget is safe for concurrent use. A call adds its tokens with one
 // atomic add; only a retry takes the lock. Create one with [NewBudget]; the
@@ -40,8 +41,11 @@ func NewBudget(ratio, minPerSecond float64) (*Budget, error) {
 	case !(minPerSecond >= 0) || math.IsInf(minPerSecond, 1):
 		return nil, fmt.Errorf("retry: NewBudget minPerSecond = %v: must be a finite number >= 0", minPerSecond)
 	}
-	capacity := max(1, 100*ratio+minPerSecond)
-	return &Budget{ratio: ratio, perSecond: minPerSecond, capacity: capacity, tokens: capacity, last: time.Now()}, nil
+	burst := 100*ratio + minPerSecond
+	// The bucket starts with the burst, so NewBudget(0, 0) allows no retry
+	// at all; it can hold at least one token, so a small ratio adds up to
+	// a retry.
+	return &Budget{ratio: ratio, perSecond: minPerSecond, capacity: max(1, burst), tokens: burst, last: time.Now()}, nil
 }
 
 func (b *Budget) deposit() { b.calls.Add(1) }

@@ -272,3 +272,22 @@ func TestMostAttempts(t *testing.T) {
 		t.Errorf("zero Policy waits %v, want none", w)
 	}
 }
+
+// TestZeroBudget: NewBudget(0, 0) allows no retry at all.
+func TestZeroBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, err := retry.NewBudget(0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(0), retry.WithBudget(b))
+		n := 0
+		for range 100 {
+			_ = p.Do(context.Background(), func(context.Context) error { n++; return errDown })
+			time.Sleep(time.Second)
+		}
+		if n != 100 {
+			t.Errorf("%d attempts for 100 failing requests, want 100: no retry", n)
+		}
+	})
+}

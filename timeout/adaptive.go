@@ -167,7 +167,10 @@ func (t *tracker) recompute(e int64) {
 	if total < t.minSamples || total == 0 {
 		return
 	}
-	rank := uint64(float64(total)*t.q + 0.5)
+	// The q-quantile is the smallest sample with at least q of all at or
+	// below it: rank ⌈total × q⌉ (the epsilon absorbs float error in, e.g.,
+	// 1000 × 0.999).
+	rank := uint64(math.Ceil(float64(total)*t.q - 1e-9))
 	rank = max(rank, 1)
 	var seen uint64
 	for i, n := range hist {
