@@ -182,6 +182,16 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 		return nil, errZero
 	}
 	done, err := b.gb.Allow()
+	if err == nil {
+		// A panicking OnStateChange must not keep gobreaker's request
+		// slot: the call will not be made.
+		defer func() {
+			if r := recover(); r != nil {
+				done(gobreakerOutcome(b, neutral, context.Canceled))
+				panic(r)
+			}
+		}()
+	}
 	b.note.deliver()
 	if err != nil {
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {

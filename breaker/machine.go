@@ -96,6 +96,16 @@ func (m *machine) allowLocked() (*gen, time.Time, error) {
 		}
 	}
 	m.mu.Unlock()
+	if err == nil && g.state == StateHalfOpen {
+		// A panicking OnStateChange must not keep the probe slot: the call
+		// will not be made.
+		defer func() {
+			if r := recover(); r != nil {
+				m.done(g, now, neutral)
+				panic(r)
+			}
+		}()
+	}
 	m.b.note.deliver()
 	if err != nil {
 		return nil, time.Time{}, err
@@ -137,6 +147,10 @@ func (m *machine) set(st State, now time.Time) *gen {
 func (m *machine) openStay() time.Duration {
 	d := m.s.OpenTimeout
 	for i := 0; i < m.streak && d < m.s.MaxOpenTimeout; i++ {
+		if d > m.s.MaxOpenTimeout/2 {
+			d = m.s.MaxOpenTimeout // doubling would pass it, or overflow
+			break
+		}
 		d *= 2
 	}
 	if m.s.MaxOpenTimeout > 0 && d > m.s.MaxOpenTimeout {

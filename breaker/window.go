@@ -49,8 +49,11 @@ func (w *timeWindow) addCall(now time.Time) {
 		switch {
 		case oe == e:
 			next = old + 1
-		case int32(oe-e) > 0:
-			return // the bucket has moved on: this call is too old to count
+		case oe-e-1 < windowBuckets-1:
+			// The slot is 1 to 9 buckets ahead: the window has moved on and
+			// this call is too old to count. (Any other epoch is stale, also
+			// after the 32-bit epoch wraps around in a long idle gap.)
+			return
 		default:
 			next = uint64(e)<<32 | 1
 		}
