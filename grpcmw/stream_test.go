@@ -75,8 +75,13 @@ func (eofSends) SendMsg(any) error { return io.EOF }
 // RecvMsg, and retries it, instead of ending the call with a bare io.EOF.
 func TestStreamReplaySendEOFStillRetries(t *testing.T) {
 	srv := must(testserver.NewGRPC(func(n int64, _ string) testserver.GRPCAnswer {
-		if n <= 2 {
-			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		switch n {
+		case 1:
+			// After reading everything: the caller's sends all succeed, and
+			// the failure reaches it at CloseAndRecv.
+			return testserver.GRPCAnswer{Code: codes.Unavailable, FailAtEnd: true}
+		case 2:
+			return testserver.GRPCAnswer{Code: codes.Unavailable} // the replay finds it ended
 		}
 		return testserver.GRPCAnswer{}
 	}))
@@ -392,7 +397,9 @@ func TestStreamCanceledDuringCreation(t *testing.T) {
 	})
 	t.Run("grpc stream", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			srv := testserver.NewGRPCBufconn(always(codes.OK))
+			// The server waits a second before its first message: the
+			// cancellation comes first.
+			srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Delay: time.Second} })
 			defer srv.Stop()
 			ctx, cancel := context.WithCancel(context.Background())
 			inner := func(c context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -558,7 +565,9 @@ func TestStreamPushbackIsTheFailedAttempts(t *testing.T) {
 func TestStreamOverflowIsNotRetried(t *testing.T) {
 	srv := must(testserver.NewGRPC(func(n int64, _ string) testserver.GRPCAnswer {
 		if n == 1 || n == 3 {
-			return testserver.GRPCAnswer{Code: codes.Unavailable}
+			// After reading everything, so that no send meets the end of
+			// the stream (which would end the retries too).
+			return testserver.GRPCAnswer{Code: codes.Unavailable, FailAtEnd: true}
 		}
 		return testserver.GRPCAnswer{}
 	}))

@@ -35,6 +35,7 @@ type GRPCAnswer struct {
 	Messages   int           // a stream: messages to send (0: 3)
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
+	FailAtEnd  bool          // an upload: read every message, then fail with Code
 }
 
 // GRPC is a gRPC server of the health service.
@@ -156,6 +157,13 @@ type streams struct {
 // StreamingInputCall sums the sizes of the payloads it receives.
 func (t *streams) StreamingInputCall(stream testpb.TestService_StreamingInputCallServer) error {
 	a := t.s.answer(t.s.Received.Add(1), MethodUpload)
+	if a.Code != codes.OK && a.FailAtEnd {
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return status.Error(a.Code, "testserver: "+a.Code.String())
+			}
+		}
+	}
 	if a.Code != codes.OK {
 		return status.Error(a.Code, "testserver: "+a.Code.String())
 	}
