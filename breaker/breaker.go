@@ -60,7 +60,7 @@ type Counts struct {
 	Requests       uint64 // calls that were rejected or have reported an outcome
 	Successes      uint64 // admitted calls that succeeded
 	Failures       uint64 // admitted calls that failed
-	Neutral        uint64 // admitted calls that were neither (caller's cancellation, IsExcluded)
+	Neutral        uint64 // admitted calls that were neither (caller's cancellation, Neutral errors, IsExcluded)
 	RejectedOpen   uint64 // rejected because open
 	RejectedProbes uint64 // rejected in half-open because the probe quota was used up
 	Probes         uint64 // calls admitted in half-open (native engine only)

@@ -24,8 +24,9 @@
 //
 // # Outcomes
 //
-// A call's error is a success (nil, or [Settings.IsFailure] says no), a
-// failure, or neutral: the caller's own context was done, or
+// A call's error is a success (nil, an error wrapped with [NotFailure], or
+// [Settings.IsFailure] says no), a failure, or neutral: the caller's own
+// context was done, the error is wrapped with [Neutral], or
 // [Settings.IsExcluded] says so. Neutral calls count toward nothing, and a
 // neutral probe gives its half-open slot back.
 //
