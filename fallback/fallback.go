@@ -33,14 +33,16 @@ func OnAnyFailure() Option {
 	})
 }
 
-// When makes the fallback cover the errors covers reports true for.
+// When makes the fallback cover the errors covers reports true for, except
+// when the caller's own context has ended.
 func When(covers func(error) bool) Option {
 	return optionFunc(func(p *Policy) {
 		if covers == nil {
 			p.err = errors.New("fallback: When(nil): needs a function")
 			return
 		}
-		p.when = func(ctx context.Context, err error) bool { return covers(err) }
+		// As OnAnyFailure: never the caller's own cancellation or deadline.
+		p.when = func(ctx context.Context, err error) bool { return ctx.Err() == nil && covers(err) }
 		p.desc = "fallback(custom)"
 	})
 }

@@ -33,6 +33,7 @@ func TestCovers(t *testing.T) {
 		{any, canceled, context.Canceled, false},
 		{custom, bg, errDown, true},
 		{custom, bg, breaker.ErrOpen, false},
+		{custom, canceled, errDown, false}, // never the caller's own end
 	} {
 		if got := tc.p.Covers(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("%v.Covers(%v) = %t, want %t", tc.p, tc.err, got, tc.want)

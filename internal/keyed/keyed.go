@@ -17,14 +17,22 @@ type Chains struct {
 	build func(key string) (*chain.Chain, error)
 	max   int
 
-	mu  sync.Mutex
-	m   map[string]*list.Element
-	lru list.List // of *entry, most recent first
+	mu       sync.Mutex
+	m        map[string]*list.Element
+	lru      list.List // of *entry, most recent first
+	building map[string]*flight
 }
 
 type entry struct {
 	key string
 	c   *chain.Chain
+}
+
+// flight is a build in progress: callers of the same key wait for it.
+type flight struct {
+	done chan struct{}
+	c    *chain.Chain
+	err  error
 }
 
 // New returns a Chains that builds a key's chain with build and keeps at
@@ -36,10 +44,11 @@ func New(build func(key string) (*chain.Chain, error), max int) (*Chains, error)
 	case max < 1:
 		return nil, errors.New("the maximum number of keys must be >= 1")
 	}
-	return &Chains{build: build, max: max, m: make(map[string]*list.Element)}, nil
+	return &Chains{build: build, max: max, m: make(map[string]*list.Element), building: make(map[string]*flight)}, nil
 }
 
-// Get returns the chain for key, building it on first use.
+// Get returns the chain for key, building it on first use; callers that
+// ask for a key being built wait for that build.
 func (k *Chains) Get(key string) (*chain.Chain, error) {
 	k.mu.Lock()
 	if e, ok := k.m[key]; ok {
@@ -48,27 +57,40 @@ func (k *Chains) Get(key string) (*chain.Chain, error) {
 		k.mu.Unlock()
 		return c, nil
 	}
+	if f, ok := k.building[key]; ok { // another caller is building it: wait
+		k.mu.Unlock()
+		<-f.done
+		return f.c, f.err
+	}
+	f := &flight{done: make(chan struct{}), err: errors.New("the chain builder panicked for key " + key)}
+	k.building[key] = f
 	k.mu.Unlock()
+	defer k.land(key, f)   // also if build panics: the waiters get an error
 	c, err := k.build(key) // outside the lock: build may be slow
-	if err != nil {
-		return nil, err
+	if err == nil && c == nil {
+		err = errors.New("the chain builder returned nil for key " + key)
 	}
-	if c == nil {
-		return nil, errors.New("the chain builder returned nil for key " + key)
-	}
+	f.c, f.err = c, err
+	return c, err
+}
+
+// land ends the build of key: a chain is kept (an error is not: the next
+// call builds again), and the waiters are released.
+func (k *Chains) land(key string, f *flight) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if e, ok := k.m[key]; ok { // built concurrently: keep the first
-		k.lru.MoveToFront(e)
-		return e.Value.(*entry).c, nil
+	delete(k.building, key)
+	defer close(f.done) // after f is final
+	if f.err != nil {
+		f.c = nil
+		return
 	}
-	k.m[key] = k.lru.PushFront(&entry{key, c})
+	k.m[key] = k.lru.PushFront(&entry{key, f.c})
 	for k.lru.Len() > k.max {
 		old := k.lru.Back()
 		k.lru.Remove(old)
 		delete(k.m, old.Value.(*entry).key)
 	}
-	return c, nil
 }
 
 // Len returns the number of chains kept.

@@ -1,8 +1,12 @@
 package keyed
 
 import (
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
 	"github.com/callguard/callguard/chain"
 )
@@ -33,5 +37,63 @@ func TestBoundedLRU(t *testing.T) {
 	}
 	if _, err := New(nil, 1); err == nil {
 		t.Fatal("New(nil) succeeded")
+	}
+}
+
+// TestConcurrentFirstUse: callers that ask for a new key at once wait for
+// one build and share its chain; a failed or panicking build is not kept,
+// and its waiters get its error.
+func TestConcurrentFirstUse(t *testing.T) {
+	for _, key := range []string{"a", "bad", "panic"} {
+		synctest.Test(t, func(t *testing.T) {
+			var builds atomic.Int32
+			release := make(chan struct{})
+			k, err := New(func(key string) (*chain.Chain, error) {
+				builds.Add(1)
+				<-release
+				switch key {
+				case "bad":
+					return nil, errors.New("no chain")
+				case "panic":
+					panic("boom")
+				}
+				return chain.New()
+			}, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var chains []*chain.Chain
+			errs := 0
+			for range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { _ = recover() }() // the builder's own panic
+					c, err := k.Get(key)
+					mu.Lock()
+					defer mu.Unlock()
+					chains = append(chains, c)
+					if err != nil {
+						errs++
+					}
+				}()
+			}
+			synctest.Wait() // one builder waits for release, the others for it
+			close(release)
+			wg.Wait()
+			if builds.Load() != 1 {
+				t.Errorf("%s: %d builds for 16 concurrent first uses, want 1", key, builds.Load())
+			}
+			for _, c := range chains {
+				if c != chains[0] {
+					t.Errorf("%s: callers got different chains", key)
+				}
+			}
+			if want := key != "a"; (errs > 0) != want || (want && errs < len(chains)) {
+				t.Errorf("%s: %d errors for %d results", key, errs, len(chains))
+			}
+		})
 	}
 }

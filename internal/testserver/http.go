@@ -44,6 +44,13 @@ func NewHTTP(answer func(n int64, r *http.Request, body []byte) HTTPAnswer) *HTT
 	return s
 }
 
+// Close closes the client connections first, so that handlers still
+// waiting (Hang, Delay) end at once, then shuts the server down.
+func (s *HTTP) Close() {
+	s.Server.CloseClientConnections()
+	s.Server.Close()
+}
+
 func (s *HTTP) serve(w http.ResponseWriter, r *http.Request) {
 	n := s.Received.Add(1)
 	body, _ := io.ReadAll(r.Body)
