@@ -187,6 +187,7 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 		// slot: the call will not be made.
 		defer func() {
 			if r := recover(); r != nil {
+				b.count(neutral)
 				done(gobreakerOutcome(b, neutral, context.Canceled))
 				panic(r)
 			}

@@ -61,3 +61,46 @@ func TestCallbackPanicKeepsNoProbe(t *testing.T) {
 		})
 	}
 }
+
+// TestConsecutiveRunAcrossWindows: a run of failures in a row trips on
+// both engines even when it spans more than the rate window (gobreaker
+// clears its own run when its window rolls over).
+func TestConsecutiveRunAcrossWindows(t *testing.T) {
+	for _, engine := range []breaker.Engine{breaker.EngineNative, breaker.EngineGobreaker} {
+		synctest.Test(t, func(t *testing.T) {
+			ctx := context.Background()
+			b := mustNew(t, breaker.Settings{Engine: engine, ConsecutiveFailures: 3, FailureRate: 1, MinCalls: 100, Window: time.Second})
+			_ = b.Do(ctx, func(context.Context) error { return errDown })
+			_ = b.Do(ctx, func(context.Context) error { return errDown })
+			time.Sleep(2 * time.Second)
+			_ = b.Do(ctx, func(context.Context) error { return errDown })
+			if st := b.State(); st != breaker.StateOpen {
+				t.Errorf("engine %v: 3 failures in a row over 2 s: %v, want open", engine, st)
+			}
+		})
+	}
+}
+
+// TestCallbackPanicCounted: the call a panicking OnStateChange stopped is
+// counted, as neutral, on both engines.
+func TestCallbackPanicCounted(t *testing.T) {
+	for _, engine := range []breaker.Engine{breaker.EngineNative, breaker.EngineGobreaker} {
+		synctest.Test(t, func(t *testing.T) {
+			b := mustNew(t, breaker.Settings{Engine: engine, ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenTimeout: time.Second,
+				OnStateChange: func(_, to breaker.State) {
+					if to == breaker.StateHalfOpen {
+						panic("boom")
+					}
+				}})
+			_ = b.Do(context.Background(), func(context.Context) error { return errDown })
+			time.Sleep(2 * time.Second)
+			func() {
+				defer func() { _ = recover() }()
+				_, _ = b.Allow(context.Background())
+			}()
+			if c := b.Counts(); c.Requests != 2 || c.Neutral != 1 {
+				t.Errorf("engine %v: counts %+v, want 2 requests, 1 neutral", engine, c)
+			}
+		})
+	}
+}

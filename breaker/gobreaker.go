@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"sync/atomic"
 
 	"github.com/sony/gobreaker/v2"
 )
@@ -35,14 +36,28 @@ var (
 
 func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 	s := b.s
+	// The run of failures in a row, kept here: gobreaker's own
+	// ConsecutiveFailures is cleared when its rate window rolls over, so a
+	// run spread over more than the window would never trip. gobreaker
+	// calls these functions under its lock, for outcomes of the current
+	// state only.
+	var run atomic.Uint32
 	st := gobreaker.Settings{
-		Name:         s.Name,
-		MaxRequests:  uint32(s.HalfOpenProbes),
-		Timeout:      s.OpenTimeout,
-		IsSuccessful: func(err error) bool { return err == nil },
-		IsExcluded:   func(err error) bool { return err == errGobreakerNeutral },
+		Name:        s.Name,
+		MaxRequests: uint32(s.HalfOpenProbes),
+		Timeout:     s.OpenTimeout,
+		IsSuccessful: func(err error) bool {
+			if err == nil {
+				run.Store(0)
+				return true
+			}
+			run.Add(1)
+			return false
+		},
+		IsExcluded: func(err error) bool { return err == errGobreakerNeutral },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			// Called under gobreaker's lock: only queue it.
+			run.Store(0)
 			if to == gobreaker.StateOpen {
 				b.opens.Add(1)
 			}
@@ -56,7 +71,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 		st.BucketPeriod = s.Window / windowBuckets
 	}
 	st.ReadyToTrip = func(c gobreaker.Counts) bool {
-		if consecutive > 0 && c.ConsecutiveFailures >= consecutive {
+		if consecutive > 0 && run.Load() >= consecutive {
 			return true
 		}
 		calls := c.TotalSuccesses + c.TotalFailures

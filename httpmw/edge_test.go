@@ -174,3 +174,32 @@ func TestInvalidOptionsNamed(t *testing.T) {
 		}
 	}
 }
+
+// twice is a careless policy of the user's: it calls again whatever the
+// first call returned.
+type twice struct{}
+
+func (twice) Do(ctx context.Context, call func(context.Context) error) error {
+	_ = call(ctx)
+	return call(ctx)
+}
+
+// TestBodyNotReplayedTwice: a body without GetBody is sent once, even under
+// a policy that calls again: the second attempt is refused, and the caller
+// gets the first response.
+func TestBodyNotReplayedTwice(t *testing.T) {
+	var calls atomic.Int32
+	base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		resp, _ := answer(503, nil, "busy")
+		return resp, nil
+	})
+	tr := httpmw.NewTransport(base, must(chain.New(twice{})), httpmw.RetryAll())
+	req := must(http.NewRequest(http.MethodPost, "http://callguard.test/", io.NopCloser(strings.NewReader("once"))))
+	resp, err := tr.RoundTrip(req)
+	if err != nil || resp.StatusCode != 503 || calls.Load() != 1 {
+		t.Fatalf("got %v, %v after %d requests; want the 503 from 1", resp, err, calls.Load())
+	}
+	resp.Body.Close()
+}

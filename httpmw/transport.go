@@ -54,7 +54,7 @@ func FailureIf(fn func(resp *http.Response, err error) bool) Option {
 
 // OnOpen answers a request that the breaker rejects before any attempt
 // reached the server, for example from a stale cache. Its result is
-// RoundTrip's result.
+// RoundTrip's result. The request's body has been closed by then.
 func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Option {
 	return optionFunc(func(c *config) { c.onOpen = fn })
 }
@@ -156,8 +156,15 @@ func idempotentMethod(method string) bool {
 	return false
 }
 
+// replayable reports whether req can be sent again: no body, or GetBody.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+var errNoReplay = breaker.NotFailure(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
+
 func (t *transport) retryable(req *http.Request) bool {
-	if req.Body != nil && req.Body != http.NoBody && req.GetBody == nil {
+	if !replayable(req) {
 		return false // the body cannot be replayed
 	}
 	if t.cfg.retryAll {
@@ -192,8 +199,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}
-	if req.Context().Err() != nil && err != nil {
+	if cerr := req.Context().Err(); cerr != nil && err != nil {
 		x.discard() // the caller gave up: it gets its context's error, as from net/http
+		if !errors.Is(err, cerr) {
+			err = cerr // retries that ended just as the caller gave up
+		}
 		return nil, err
 	}
 	if resp := x.last; resp != nil {
@@ -242,6 +252,11 @@ func (x *exchange) attempt(actx context.Context) error {
 	defer x.mu.Unlock()
 	if x.over {
 		return errConcurrent // a late call, after RoundTrip has returned
+	}
+	if x.attempts > 0 && !replayable(x.req) {
+		// Also against a policy that retries a Permanent error: the body
+		// was sent and is gone.
+		return errNoReplay
 	}
 	var body io.ReadCloser
 	if x.attempts > 0 && x.req.GetBody != nil {
