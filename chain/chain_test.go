@@ -410,3 +410,21 @@ func TestFallbackWithinTimeout(t *testing.T) {
 		}
 	})
 }
+
+// TestOursAfterCallerEnds: an attempt the chain's timeout ended is the
+// timeout's, even when the call returns after the caller's deadline passed
+// too.
+func TestOursAfterCallerEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := must(chain.New(to(time.Second)))
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := c.Do(ctx, func(context.Context) error {
+			time.Sleep(3 * time.Second) // ignores its context
+			return context.DeadlineExceeded
+		})
+		if !timeout.Expired(err) {
+			t.Errorf("got %v, want the chain timeout's", err)
+		}
+	})
+}

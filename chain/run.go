@@ -108,21 +108,24 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)
 	}
-	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, c.steps[f.owner].t.Cause(f.timeout))
+	cause := c.steps[f.owner].t.Cause(f.timeout)
+	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, cause)
 	if f.hold || holdable(ctx) {
 		a := newAttempt(ctx, actx, cancel) // the call may take the cancellation over
 		defer a.finish()
-		return attemptError(ctx, actx, f, call(a))
+		return attemptError(actx, cause, f, call(a))
 	}
 	defer cancel()
-	return attemptError(ctx, actx, f, call(actx))
+	return attemptError(actx, cause, f, call(actx))
 }
 
 // attemptError reports an attempt that the fused deadline ended as a
-// timeout. It is ours if our context ended, or if its deadline passed: the
-// downstream may report the deadline it was sent before our timer fires.
-func attemptError(ctx, actx context.Context, f frame, err error) error {
-	if err != nil && ctx.Err() == nil && (actx.Err() != nil || !time.Now().Before(f.deadline)) {
+// timeout. It is ours if our timer ended the context (even if the caller's
+// context has ended since, while the call ignored ours), or if its
+// deadline passed with the context still alive: the downstream may report
+// the deadline it was sent before our timer fires.
+func attemptError(actx context.Context, cause error, f frame, err error) error {
+	if err != nil && (context.Cause(actx) == cause || actx.Err() == nil && !time.Now().Before(f.deadline)) {
 		return &timeout.Error{Timeout: f.timeout, Err: err}
 	}
 	return err

@@ -98,8 +98,14 @@ func pushback(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// After wraps err with a server's retry advice (see [Pushback]).
-func After(err error, d time.Duration) error { return &pushbackError{err: err, after: d} }
+// After wraps err with a server's retry advice (see [Pushback]); After(nil,
+// d) is nil.
+func After(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &pushbackError{err: err, after: d}
+}
 
 type pushbackError struct {
 	err   error

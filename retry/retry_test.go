@@ -291,3 +291,13 @@ func TestZeroBudget(t *testing.T) {
 		}
 	})
 }
+
+// TestAfterNil: retry advice on no error is no error.
+func TestAfterNil(t *testing.T) {
+	if err := retry.After(nil, time.Second); err != nil {
+		t.Errorf("After(nil, 1s) = %v, want nil", err)
+	}
+	if err := retry.After(nil, -1); err != nil {
+		t.Errorf("After(nil, -1) = %v, want nil", err)
+	}
+}

@@ -103,7 +103,7 @@ func New(d time.Duration, opts ...Option) (*Policy, error) {
 	if len(c.errs) > 0 {
 		return nil, c.errs[0]
 	}
-	slices.SortFunc(c.p.declared, func(a, b Quantile) int {
+	slices.SortStableFunc(c.p.declared, func(a, b Quantile) int {
 		switch {
 		case a.Q < b.Q:
 			return -1
@@ -112,6 +112,15 @@ func New(d time.Duration, opts ...Option) (*Policy, error) {
 		}
 		return 0
 	})
+	for i := 1; i < len(c.p.declared); i++ {
+		a, b := c.p.declared[i-1], c.p.declared[i]
+		switch {
+		case a.Q == b.Q:
+			return nil, fmt.Errorf("timeout: Latency(%v, …) given twice", a.Q)
+		case a.Latency > b.Latency:
+			return nil, fmt.Errorf("timeout: Latency(%v, %v) and Latency(%v, %v): a higher quantile cannot be faster", a.Q, a.Latency, b.Q, b.Latency)
+		}
+	}
 	return c.p, nil
 }
 
@@ -174,9 +183,11 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	actx, cancel := context.WithTimeoutCause(ctx, d, cause)
 	defer cancel() // also when call panics
 	err := call(actx)
-	// Ours if our context ended, or its deadline passed (the downstream may
-	// report the deadline it was sent before our timer fires).
-	fired := err != nil && ctx.Err() == nil && (actx.Err() != nil || deadlinePassed(actx))
+	// Ours if our timer ended the context (even if the caller's context has
+	// ended since, while the call ignored ours), or its deadline passed
+	// with the context still alive (the downstream may report the deadline
+	// it was sent before our timer fires).
+	fired := err != nil && (context.Cause(actx) == error(cause) || actx.Err() == nil && deadlinePassed(actx))
 	p.observe(start, err, fired)
 	if fired && err != nil {
 		return &Error{Timeout: d, Err: err}

@@ -198,3 +198,37 @@ func TestPanicCancels(t *testing.T) {
 		t.Error("the context of a panicking call was left to its deadline")
 	}
 }
+
+// TestOursAfterCallerEnds: when this policy's timer ended the call's
+// context, the result is the policy's timeout even if the call, ignoring
+// its context, returns after the caller's own deadline has passed too.
+func TestOursAfterCallerEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := timeout.New(time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err = p.Do(ctx, func(context.Context) error {
+			time.Sleep(3 * time.Second) // ignores its context
+			return context.DeadlineExceeded
+		})
+		if !timeout.Expired(err) {
+			t.Errorf("got %v, want the policy's timeout", err)
+		}
+	})
+}
+
+// TestLatencyConsistent: a quantile declared twice, or a higher quantile
+// faster than a lower one, is refused by name.
+func TestLatencyConsistent(t *testing.T) {
+	for _, opts := range [][]timeout.Option{
+		{timeout.Latency(0.99, 100*time.Millisecond), timeout.Latency(0.99, 200*time.Millisecond)},
+		{timeout.Latency(0.5, 300*time.Millisecond), timeout.Latency(0.99, 100*time.Millisecond)},
+	} {
+		if p, err := timeout.New(time.Second, opts...); p != nil || err == nil || !strings.Contains(err.Error(), "Latency(") {
+			t.Errorf("got %v, %v; want an error naming Latency", p, err)
+		}
+	}
+}
