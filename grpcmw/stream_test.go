@@ -262,14 +262,7 @@ func TestStreamHeaderThenRecv(t *testing.T) {
 		if cn := b.Counts(); cn.Failures != 1 {
 			t.Errorf("after Header: breaker %+v, want the failure counted", cn)
 		}
-		n := 0
-		var err error
-		for ; err == nil; n++ {
-			_, err = w.Recv()
-		}
-		if err != io.EOF || n != 4 || srv.Received.Load() != 2 {
-			t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
-		}
+		wantThreeOnSecondCall(t, srv, w)
 		if cn := b.Counts(); cn.Failures != 1 || cn.Successes != 1 {
 			t.Errorf("breaker %+v, want 1 failure and 1 success", cn)
 		}
@@ -793,14 +786,7 @@ func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 		srv, w, stop := watchFailingOnce(threeAttempts())
 		defer stop()
 		_, _ = w.Header()
-		n := 0
-		var err error
-		for ; err == nil; n++ {
-			_, err = w.Recv()
-		}
-		if err != io.EOF || n != 4 || srv.Received.Load() != 2 {
-			t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
-		}
+		wantThreeOnSecondCall(t, srv, w)
 	})
 }
 
@@ -848,4 +834,18 @@ func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 			t.Errorf("a Recv after the end: %v; want DeadlineExceeded again", err)
 		}
 	})
+}
+
+// wantThreeOnSecondCall reads w to its end and wants the 3 messages of the
+// server's 2nd call (the first having failed), then io.EOF.
+func wantThreeOnSecondCall(t *testing.T, srv *testserver.GRPC, w healthpb.Health_WatchClient) {
+	t.Helper()
+	n := 0
+	var err error
+	for ; err == nil; n++ {
+		_, err = w.Recv()
+	}
+	if err != io.EOF || n != 4 || srv.Received.Load() != 2 {
+		t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
+	}
 }
