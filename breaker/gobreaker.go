@@ -3,6 +3,7 @@ package breaker
 import (
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/sony/gobreaker/v2"
 )
@@ -60,6 +61,10 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 			run.Store(0)
 			if to == gobreaker.StateOpen {
 				b.opens.Add(1)
+				until := time.Now().Add(s.OpenTimeout + 1) // gobreaker leaves open strictly after the stay
+				b.gbUntil.Store(&until)
+			} else {
+				b.gbUntil.Store(nil)
 			}
 			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
 		},

@@ -104,12 +104,16 @@ type Settings struct {
 	SkipHalfOpen bool
 
 	// IsFailure decides whether an error counts as a failure; false counts
-	// it as a success. nil: any non-nil error is a failure, except errors
-	// marked with NotFailure. Whatever it says, an error returned after the
-	// caller's own context is done is neutral.
+	// it as a success. nil: any non-nil error is a failure. It is asked
+	// only about errors that nothing has decided yet: an error marked with
+	// [Neutral], [Failure] or [NotFailure] (as the gRPC and HTTP adapters
+	// mark caller errors and the client's own conditions) counts as
+	// marked, and an unmarked error returned after the caller's own
+	// context is done is neutral.
 	IsFailure func(error) bool
 	// IsExcluded marks errors that are neither success nor failure (for
-	// example a caller's invalid argument); checked before IsFailure.
+	// example a caller's invalid argument); checked after the marks and
+	// before IsFailure.
 	IsExcluded func(error) bool
 	// OnStateChange is called after each transition, with no lock held, in
 	// the order the transitions happened. It may call State and Counts. It

@@ -42,8 +42,9 @@ const (
 )
 
 type step struct {
-	kind kind
-	b    *breaker.Breaker
+	kind      kind
+	inBreaker bool // a timeout inside a breaker: it judges attempts other deadlines end
+	b         *breaker.Breaker
 	r    *retry.Policy
 	t    *timeout.Policy
 	f    *fallback.Policy
@@ -103,6 +104,16 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		}
 		c.steps = append(c.steps, s)
 		names = append(names, describe(p))
+	}
+	for i := range c.steps {
+		if c.steps[i].kind != kindBreaker {
+			continue
+		}
+		for j := i + 1; j < len(c.steps); j++ {
+			if c.steps[j].kind == kindTimeout {
+				c.steps[j].inBreaker = true
+			}
+		}
 	}
 	c.desc = strings.Join(names, " → ")
 	if c.desc == "" {

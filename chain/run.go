@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -30,11 +32,16 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		if f.owner < 0 || dl.Before(f.deadline) {
 			f.deadline, f.timeout, f.owner = dl, d, i
 		}
-		if !s.t.IsAdaptive() {
+		if !s.t.IsAdaptive() && !s.inBreaker {
 			return c.run(ctx, i+1, f, call)
 		}
 		err := c.run(ctx, i+1, f, call)
-		s.t.Observe(now, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))
+		if err != nil && s.inBreaker {
+			err = judge(ctx, s.t, i, f, now, err)
+		}
+		if s.t.IsAdaptive() {
+			s.t.Observe(now, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))
+		}
 		return err
 
 	case kindRetry:
@@ -55,12 +62,22 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		}()
 		err = c.run(ctx, i+1, f, call)
 		finished = true
-		// A deadline from a timeout outside the breaker is the caller's,
-		// as far as the breaker is concerned.
-		if err != nil && f.owner >= 0 && f.owner < i && !time.Now().Before(f.deadline) {
+		if err == nil {
+			p.Done(nil)
+			return nil
+		}
+		// A deadline from a timeout outside the breaker is the caller's, as
+		// far as the breaker is concerned, unless a timeout inside judged
+		// the attempt (see judge).
+		if f.owner >= 0 && f.owner < i && !time.Now().Before(f.deadline) && !bridge.BreakerMarked(err) {
 			p.Abandon()
 		} else {
 			p.Done(err)
+		}
+		if until := bridge.BreakerOpenUntil(s.b); !until.IsZero() {
+			// The breaker is open: a retry outside learns when it admits
+			// again, and does not wait for a rejection.
+			err = &bridge.OpenAfter{Err: err, Until: until}
 		}
 		return err
 
@@ -87,6 +104,28 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 	return s.p.Do(ctx, func(ctx context.Context) error {
 		return c.run(ctx, i+1, frame{owner: -1, hold: f.hold}, call)
 	})
+}
+
+// judge decides how an attempt under the timeout t (step i, started at
+// start) that ended with err counts for the breakers outside it, when a
+// deadline other than t's ended it: the caller's, or an outer timeout's.
+// Such an attempt is neutral to a breaker (the caller gave up), unless it
+// had already run longer than a healthy downstream takes (t's patience:
+// its declared tail latency, its adaptive estimate, or half the timeout):
+// then it is marked a failure, so that a hung downstream still trips the
+// breaker when every caller is more impatient than the attempt timeout.
+// An error an adapter has already marked keeps its mark.
+func judge(ctx context.Context, t *timeout.Policy, i int, f frame, start time.Time, err error) error {
+	now := time.Now()
+	cut := f.owner >= 0 && f.owner != i && !now.Before(f.deadline)
+	if !cut {
+		dl, ok := ctx.Deadline()
+		cut = ok && !now.Before(dl)
+	}
+	if !cut || now.Sub(start) < bridge.TimeoutPatience(t) || bridge.BreakerMarked(err) {
+		return err
+	}
+	return breaker.Failure(err)
 }
 
 // fallback runs the fallback step i and everything inside it.

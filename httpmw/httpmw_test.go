@@ -100,7 +100,15 @@ func TestSeedC3OverHTTP(t *testing.T) {
 		}
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
 		srv, client, _ := newServer(t, always(503), must(chain.New(must(retry.New(opts...)), b)))
-		_, _ = get(t, client, srv.URL) // 503 then open
+		// 503, and the breaker opens. With RetryWhenOpen the retry would
+		// wait out the hour of the open stay: the caller's deadline makes
+		// it give up at once instead.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+		}
+		cancel()
 		start := time.Now()
 		_, err := get(t, client, srv.URL)
 		took := time.Since(start)

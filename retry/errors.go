@@ -22,6 +22,11 @@ const (
 	ReasonPushback
 	// ReasonCanceled: the caller's context ended during a wait.
 	ReasonCanceled
+	// ReasonOpen: a breaker inside the retry is open for longer than the
+	// next wait, so the next attempt would be rejected (without
+	// RetryWhenOpen). The failure that ended the retries may be the one
+	// that opened it.
+	ReasonOpen
 )
 
 // String describes the reason.
@@ -37,6 +42,8 @@ func (r Reason) String() string {
 		return "server pushback: do not retry, or not soon enough"
 	case ReasonCanceled:
 		return "caller canceled during a wait"
+	case ReasonOpen:
+		return "a breaker inside is open beyond the next wait"
 	default:
 		return fmt.Sprintf("Reason(%d)", int(r))
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/cenkalti/backoff/v4"
 )
 
@@ -231,6 +233,7 @@ func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(cont
 	return p.again(ctx, deadline, call, err)
 }
 
+
 // Continue retries a call whose first attempt was made outside the policy
 // and failed with err, as when a stream's failure surfaces after it was
 // created: it is DoUntil without the first call (and without crediting a
@@ -264,11 +267,27 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 				bo = p.schedule()
 			}
 			wait = bo.NextBackOff()
+			if wait < 0 {
+				// backoff/v4 computes jittered waits in float64: one near
+				// the largest Duration wraps around to a negative one.
+				wait = math.MaxInt64
+			}
+		}
+		now := time.Now()
+		// The attempt after the wait would be rejected by a breaker inside
+		// that is open (this attempt's failure may just have opened it):
+		// give up now rather than wait for the rejection, or, retrying
+		// when open, wait until the breaker admits again.
+		if at := admitAt(err); at.After(now) && now.Add(wait).Before(at) {
+			if !p.whenOpen {
+				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonOpen}
+			}
+			wait = at.Sub(now)
 		}
 		if dl, ok := ctx.Deadline(); ok && (deadline.IsZero() || dl.Before(deadline)) {
 			deadline = dl
 		}
-		if !deadline.IsZero() && !time.Now().Add(wait).Before(deadline) {
+		if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
 			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonDeadline}
 		}
 		if p.budget != nil && !p.budget.withdraw() {
@@ -290,6 +309,33 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			return nil
 		}
 	}
+}
+
+// admitAt finds, in err's tree, the latest instant at which an open breaker
+// inside the retry admits a call again (zero: none said).
+func admitAt(err error) time.Time {
+	var at time.Time
+	for err != nil {
+		switch e := err.(type) {
+		case *bridge.OpenAfter:
+			if e.Until.After(at) {
+				at = e.Until
+			}
+			err = e.Err
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				if t := admitAt(inner); t.After(at) {
+					at = t
+				}
+			}
+			return at
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		default:
+			return at
+		}
+	}
+	return at
 }
 
 // schedule returns a fresh backoff schedule: one per call, since

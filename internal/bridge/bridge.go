@@ -1,0 +1,54 @@
+// Package bridge carries hooks between callguard's own packages, so that
+// what the chain, the lint and the adapters need from a policy is not
+// public API (grpc-go's internal package pattern): each hook is a
+// func-typed variable that the owning package sets in its init. Arguments
+// typed any are the owning package's own types (a *breaker.Breaker, a
+// *retry.Policy, …), asserted there; the bridge imports none of them, so
+// there is no import cycle.
+package bridge
+
+import "time"
+
+// Set by package breaker.
+var (
+	// BreakerOpenUntil returns when b, a *breaker.Breaker, admits calls
+	// again: the end of its open stay, or the zero time when it admits
+	// calls now (closed, half-open, or a stay that is over) or cannot tell
+	// (an adapted gobreaker).
+	BreakerOpenUntil func(b any) time.Time
+
+	// BreakerWatch adds fn, a func(breaker.StateChange), to the receivers
+	// of b's state changes (b a *breaker.Breaker), with key as the
+	// change's Key. Receivers are called after each change, with no lock
+	// held, in order, like Settings.OnStateChange.
+	BreakerWatch func(b any, key string, fn any)
+
+	// BreakerMarked reports whether err carries one of the breaker's
+	// marks (Neutral, Failure, NotFailure): an adapter or the chain has
+	// already decided how it counts.
+	BreakerMarked func(err error) bool
+)
+
+// Set by package timeout.
+var (
+	// TimeoutPatience returns, for t a *timeout.Policy, how long a healthy
+	// downstream may take to answer: the latency of the highest quantile
+	// declared with Latency; for an adaptive timeout, the quantile it
+	// follows (its current value over its Multiplier); otherwise half the
+	// timeout. An attempt that a deadline other than t's ended after it
+	// ran this long counts as a failure of the downstream.
+	TimeoutPatience func(t any) time.Duration
+)
+
+// OpenAfter is a failed attempt's error, wrapped by the chain (or a stream)
+// after a breaker that counted it was left open: the next attempt cannot
+// be admitted before Until. A retry outside reads it before it waits: it
+// gives up at once rather than wait for a rejection (or, retrying when
+// open, waits until Until). errors.Is and errors.As see through it.
+type OpenAfter struct {
+	Err   error
+	Until time.Time // the first instant the breaker admits a call again
+}
+
+func (e *OpenAfter) Error() string { return e.Err.Error() }
+func (e *OpenAfter) Unwrap() error { return e.Err }

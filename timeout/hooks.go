@@ -1,0 +1,24 @@
+package timeout
+
+import (
+	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
+)
+
+func init() {
+	bridge.TimeoutPatience = func(t any) time.Duration { return t.(*Policy).patience() }
+}
+
+// patience is how long a healthy downstream may take to answer: the
+// highest declared quantile's latency, the adaptive timeout's estimate of
+// its quantile, or half the timeout.
+func (p *Policy) patience() time.Duration {
+	if n := len(p.declared); n > 0 {
+		return p.declared[n-1].Latency // sorted by Q
+	}
+	if p.adaptive != nil {
+		return time.Duration(float64(p.adaptive.current()) / p.adaptive.mult)
+	}
+	return p.d / 2
+}
