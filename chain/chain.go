@@ -45,10 +45,10 @@ type step struct {
 	kind      kind
 	inBreaker bool // a timeout inside a breaker: it judges attempts other deadlines end
 	b         *breaker.Breaker
-	r    *retry.Policy
-	t    *timeout.Policy
-	f    *fallback.Policy
-	p    Policy
+	r         *retry.Policy
+	t         *timeout.Policy
+	f         *fallback.Policy
+	p         Policy
 }
 
 // Options configure how a chain is linted.

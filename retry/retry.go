@@ -233,7 +233,6 @@ func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(cont
 	return p.again(ctx, deadline, call, err)
 }
 
-
 // Continue retries a call whose first attempt was made outside the policy
 // and failed with err, as when a stream's failure surfaces after it was
 // created: it is DoUntil without the first call (and without crediting a
