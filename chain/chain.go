@@ -10,6 +10,8 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
@@ -229,4 +231,22 @@ func (c *Chain) DoHolding(ctx context.Context, call func(context.Context) error)
 		ctx = WithHolder(ctx)
 	}
 	return c.run(ctx, 0, frame{owner: -1, hold: true}, call)
+}
+
+func init() {
+	bridge.ChainDoDeferred = func(c any, ctx context.Context, set any, call func(context.Context) error) error {
+		return c.(*Chain).doDeferred(ctx, set.(*deferred.Set), call)
+	}
+}
+
+// doDeferred is DoHolding with the permits of successful attempts handed to
+// set (see bridge.ChainDoDeferred).
+func (c *Chain) doDeferred(ctx context.Context, set *deferred.Set, call func(context.Context) error) error {
+	if c == nil || len(c.steps) == 0 {
+		return call(ctx)
+	}
+	if c.opaque {
+		ctx = WithHolder(ctx)
+	}
+	return c.run(ctx, 0, frame{owner: -1, hold: true, deferred: set}, call)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -17,6 +18,7 @@ type frame struct {
 	timeout  time.Duration // the timeout that set deadline
 	owner    int           // the step that set it, or -1
 	hold     bool          // under DoHolding: attempt contexts may be held
+	deferred *deferred.Set // breakers hand the permits of successes here
 }
 
 // run executes step i and everything inside it.
@@ -63,7 +65,11 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		err = c.run(ctx, i+1, f, call)
 		finished = true
 		if err == nil {
-			p.Done(nil)
+			if f.deferred != nil {
+				f.deferred.Add(p) // the adapter reports the final outcome
+			} else {
+				p.Done(nil)
+			}
 			return nil
 		}
 		// A deadline from a timeout outside the breaker is the caller's, as
@@ -86,7 +92,7 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 			// The fallback runs within the timeouts around it: make their
 			// deadline a context first, as for an opaque policy.
 			return c.call(ctx, f, func(ctx context.Context) error {
-				return c.fallback(ctx, i, frame{owner: -1, hold: f.hold}, call)
+				return c.fallback(ctx, i, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
 			})
 		}
 		return c.fallback(ctx, i, f, call)
@@ -97,12 +103,12 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 	if f.owner >= 0 {
 		return c.call(ctx, f, func(ctx context.Context) error {
 			return s.p.Do(ctx, func(ctx context.Context) error {
-				return c.run(ctx, i+1, frame{owner: -1, hold: f.hold}, call)
+				return c.run(ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
 			})
 		})
 	}
 	return s.p.Do(ctx, func(ctx context.Context) error {
-		return c.run(ctx, i+1, frame{owner: -1, hold: f.hold}, call)
+		return c.run(ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
 	})
 }
 

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Class is how a status code counts.
@@ -52,27 +52,27 @@ func DefaultClassify(c codes.Code) Class {
 const pushbackKey = "grpc-retry-pushback-ms"
 
 // outcome turns an attempt's error into what the chain's policies should
-// see: caller errors marked as not failures and permanent, failures
-// permanent unless retryable and allowed, pushback attached. callerCtx is
-// the caller's context, not the attempt's.
-func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err error, trailer metadata.MD, mayRetry bool) error {
+// see: caller errors marked as not failures and permanent, conditions of
+// the client's own making neutral and permanent, failures permanent unless
+// retryable and allowed, pushback attached. callerCtx is the caller's
+// context, not the attempt's; req and opts are the call's (nil for a
+// stream). No decision depends on an error's text.
+func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req any, opts []grpc.CallOption, err error, trailer metadata.MD, mayRetry bool) error {
 	if err == nil {
 		return nil
 	}
 	if callerCtx.Err() != nil || deadlinePassed(callerCtx) {
 		return err // the caller's own cancellation: the policies see it as such
 	}
-	if neutral(cc, err) {
+	if clientSide(cc, req, opts, err) {
 		return breaker.Neutral(retry.Permanent(err))
 	}
 	code := status.Code(err)
 	if timeout.Expired(err) {
-		code = codes.DeadlineExceeded // a stream's first-response timeout cancels, so grpc says Canceled
+		code = codes.DeadlineExceeded // a stream's first-message timeout cancels, so grpc says Canceled
 	}
 	switch cfg.classify(code) {
-	case Success:
-		return breaker.NotFailure(retry.Permanent(err))
-	case CallerError:
+	case Success, CallerError:
 		return breaker.NotFailure(retry.Permanent(err))
 	case Failure:
 		return retry.Permanent(err)
@@ -81,30 +81,53 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, err e
 		return retry.Permanent(err)
 	}
 	if v := trailer.Get(pushbackKey); len(v) > 0 {
-		ms, perr := strconv.Atoi(v[0])
-		if perr != nil || ms < 0 {
-			return retry.After(err, -1) // gRFC A6: invalid or negative means do not retry
-		}
-		if ms > math.MaxInt64/int(time.Millisecond) {
-			return retry.After(err, math.MaxInt64) // longer than any MaxPushback
-		}
-		return retry.After(err, time.Duration(ms)*time.Millisecond)
+		// gRFC A6: negative or malformed means do not retry; a number too
+		// large for a Duration waits longer than any MaxPushback.
+		return retry.After(err, adapter.PushbackMs(v[0]))
+	}
+	if code == codes.ResourceExhausted {
+		// Overload, a quota or a size limit: retried only when the server
+		// says when (pushback, above). Retrying at once would add load,
+		// and a limit would refuse the same call again.
+		return retry.Permanent(err)
 	}
 	return err
 }
 
-// neutral reports an error that says nothing of the downstream's health:
-// the caller closed the connection, or a message went over a size limit
-// (grpc-go's ResourceExhausted "… larger than max …", on whichever side the
-// limit is set: a property of the message, which a retry would not
-// change). Overload, the other ResourceExhausted, stays a retryable
-// failure.
-func neutral(cc *grpc.ClientConn, err error) bool {
+// clientSide reports an error of the client's own making, which says
+// nothing of the downstream's health, by what is structurally known: the
+// caller closed the connection; a request over the call's send limit
+// (grpc.MaxCallSendMsgSize, or the default from grpc.WithDefaultCallOptions),
+// which grpc-go refuses before sending with ResourceExhausted; a request
+// that does not marshal, which grpc-go reports as Internal.
+func clientSide(cc *grpc.ClientConn, req any, opts []grpc.CallOption, err error) bool {
 	if cc != nil && cc.GetState() == connectivity.Shutdown {
 		return true
 	}
-	st, ok := status.FromError(err)
-	return ok && st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "larger than max")
+	m, ok := req.(proto.Message)
+	if !ok {
+		return false
+	}
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		return proto.Size(m) > maxSend(opts)
+	case codes.Internal:
+		_, merr := proto.Marshal(m)
+		return merr != nil
+	}
+	return false
+}
+
+// maxSend is the send limit the call options set (the last one wins, as in
+// grpc-go), or grpc-go's default.
+func maxSend(opts []grpc.CallOption) int {
+	limit := math.MaxInt32
+	for _, o := range opts {
+		if o, ok := o.(grpc.MaxSendMsgSizeCallOption); ok {
+			limit = o.MaxSendMsgSize
+		}
+	}
+	return limit
 }
 
 func deadlinePassed(ctx context.Context) bool {
@@ -122,8 +145,12 @@ func (e *statusError) Error() string              { return e.st.Err().Error() }
 func (e *statusError) GRPCStatus() *status.Status { return e.st }
 func (e *statusError) Unwrap() error              { return e.err }
 
-// toStatus maps the chain's result to what a gRPC caller expects.
-func toStatus(callerCtx context.Context, err error) error {
+// toStatus maps the chain's result to what a gRPC caller expects. answer
+// is the downstream's last answer (the last attempt's own error), if an
+// attempt was made: when the breaker ended the retries after one, the caller
+// gets that answer's status, and errors.Is(err, breaker.ErrOpen) still
+// holds.
+func toStatus(callerCtx context.Context, err, answer error) error {
 	if err == nil {
 		return nil
 	}
@@ -135,6 +162,9 @@ func toStatus(callerCtx context.Context, err error) error {
 		}
 	}
 	if errors.Is(err, breaker.ErrOpen) {
+		if answer != nil {
+			return &statusError{status.Convert(answer), err}
+		}
 		return &statusError{status.New(codes.Unavailable, err.Error()), err}
 	}
 	if timeout.Expired(err) {

@@ -328,16 +328,16 @@ func TestStreamRetriedBeforeFirstMessage(t *testing.T) {
 	}
 }
 
-// TestStreamFirstMessageTimeout: a stream whose first message does not
-// come within the chain's timeout is a failure, and it is retried.
+// TestStreamFirstMessageTimeout: with FirstMessageTimeout, a stream whose
+// first message does not come in time is a failure, and it is retried.
 func TestStreamFirstMessageTimeout(t *testing.T) {
-	c := must(chain.New(threeAttempts(), must(timeout.New(100*time.Millisecond))))
+	c := must(chain.New(threeAttempts()))
 	srv, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
 		if n == 1 {
 			return testserver.GRPCAnswer{Hang: true}
 		}
 		return testserver.GRPCAnswer{Messages: 2}
-	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	}, grpcmw.DialOptions(c, grpcmw.AllIdempotent(), grpcmw.FirstMessageTimeout(100*time.Millisecond))...)
 	w, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -449,13 +449,35 @@ func TestBidiSendAndReceiveConcurrently(t *testing.T) {
 	}
 }
 
-// TestFallbackRefused: a fallback cannot fill a gRPC reply, so a chain with
-// one is refused with an error that says so.
-func TestFallbackRefused(t *testing.T) {
-	fb := must(fallback.New(func(context.Context, error) error { return nil }))
-	srv, client := server(t, always(codes.OK), grpcmw.DialOptions(must(chain.New(fb, fiveConsecutive())))...)
-	if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), "fallback") || srv.Received.Load() != 0 {
-		t.Errorf("got %v after %d calls; want an error about the fallback, and no call", err, srv.Received.Load())
+// TestFallbackFillsReply: a fallback in the chain answers a unary call by
+// filling its reply (grpcmw.Reply); streams, which a fallback cannot
+// answer, refuse such a chain, at construction with NewInterceptors.
+func TestFallbackFillsReply(t *testing.T) {
+	fb := must(fallback.New(func(ctx context.Context, err error) error {
+		r, ok := grpcmw.Reply(ctx).(*healthpb.HealthCheckResponse)
+		if !ok {
+			return err
+		}
+		r.Status = healthpb.HealthCheckResponse_NOT_SERVING
+		return nil
+	}, fallback.OnAnyFailure()))
+	c := must(chain.New(fb, fiveConsecutive()))
+	srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c)...)
+	resp, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING || srv.Received.Load() != 1 {
+		t.Errorf("got %v, %v after %d calls; want the fallback's NOT_SERVING after 1", resp.GetStatus(), err, srv.Received.Load())
+	}
+	if _, err := client.Watch(context.Background(), &healthpb.HealthCheckRequest{}); err == nil || !strings.Contains(err.Error(), "fallback") || srv.Received.Load() != 1 {
+		t.Errorf("stream: %v after %d calls; want an error naming the fallback, and no call", err, srv.Received.Load())
+	}
+	if _, err := grpcmw.NewInterceptors(c); err == nil || !strings.Contains(err.Error(), "UnaryOnly") {
+		t.Errorf("NewInterceptors: %v, want an error pointing to UnaryOnly", err)
+	}
+	if _, err := grpcmw.NewInterceptors(c, grpcmw.UnaryOnly()); err != nil {
+		t.Errorf("NewInterceptors with UnaryOnly: %v", err)
+	}
+	if grpcmw.Reply(context.Background()) != nil {
+		t.Error("Reply outside a call is not nil")
 	}
 }
 

@@ -4,15 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
-	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/internal/keyed"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
-// Option configures an interceptor.
+// Option configures the interceptors.
 type Option interface{ apply(*config) }
 
 type optionFunc func(*config)
@@ -23,23 +25,49 @@ type config struct {
 	idempotent map[string]bool
 	all        bool
 	classify   func(codes.Code) Class
+	perKey     *keyed.PerKeyOption
 	keyOf      func(ctx context.Context, method string, cc *grpc.ClientConn) string
-	build      func(key string) (*chain.Chain, error)
-	maxKeys    int
-	source     keyed.Source
 	bufMsgs    int
 	bufBytes   int
-	err        error
+	firstMsg   time.Duration
+	unaryOnly  bool
+	onChange   func(breaker.StateChange)
+	err        error // the first invalid option
+	source     keyed.Source[*prepared]
 }
 
-// Idempotent declares methods, by full name ("/pkg.Service/Method"), safe to
-// retry.
+func (c *config) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("grpcmw: "+format, args...)
+	}
+}
+
+// Idempotent declares methods safe to retry, by full name:
+// "/package.Service/Method", as in the generated *_FullMethodName
+// constants (for example grpc_health_v1.Health_Check_FullMethodName). A
+// name of another form is an error: it would match no call, and nothing
+// would ever be retried.
 func Idempotent(methods ...string) Option {
 	return optionFunc(func(c *config) {
 		for _, m := range methods {
+			if !fullMethodName(m) {
+				c.fail("Idempotent(%q): not a full method name: use \"/package.Service/Method\", with the leading slash, as in the generated *_FullMethodName constants", m)
+				continue
+			}
 			c.idempotent[m] = true
 		}
 	})
+}
+
+// fullMethodName reports a name of the form "/service/method", both
+// non-empty.
+func fullMethodName(m string) bool {
+	rest, ok := strings.CutPrefix(m, "/")
+	if !ok {
+		return false
+	}
+	service, method, ok := strings.Cut(rest, "/")
+	return ok && service != "" && method != "" && !strings.Contains(method, "/")
 }
 
 // AllIdempotent declares every method safe to retry.
@@ -49,7 +77,8 @@ func AllIdempotent() Option { return optionFunc(func(c *config) { c.all = true }
 func Classify(fn func(codes.Code) Class) Option {
 	return optionFunc(func(c *config) {
 		if fn == nil {
-			c.err = errors.New("grpcmw: Classify(nil)")
+			c.fail("Classify(nil): needs a function")
+			return
 		}
 		c.classify = fn
 	})
@@ -57,8 +86,9 @@ func Classify(fn func(codes.Code) Class) Option {
 
 // PerMethod keeps a chain, with its own breaker state, per method: build
 // makes the chain for a method on its first call; at most maxKeys are kept
-// (the least recently used is dropped). The chain given to the interceptor
-// is then unused and may be nil.
+// (the least recently used is dropped). Unary calls and streams of a
+// method share its chain. The chain given to [NewInterceptors] is then
+// unused and may be nil.
 func PerMethod(build func(method string) (*chain.Chain, error), maxKeys int) Option {
 	return perKey("PerMethod", func(_ context.Context, method string, _ *grpc.ClientConn) string { return method }, build, maxKeys)
 }
@@ -80,15 +110,8 @@ func PerKey(key func(ctx context.Context, method string, cc *grpc.ClientConn) st
 
 func perKey(name string, key func(ctx context.Context, method string, cc *grpc.ClientConn) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
 	return optionFunc(func(c *config) {
-		switch {
-		case key == nil:
-			c.err = fmt.Errorf("grpcmw: %s needs a key function", name)
-		case build == nil:
-			c.err = fmt.Errorf("grpcmw: %s needs a function that builds a chain", name)
-		case maxKeys < 1:
-			c.err = fmt.Errorf("grpcmw: %s(…, %d): the maximum number of keys must be >= 1", name, maxKeys)
-		}
-		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
+		c.keyOf = key
+		c.perKey = &keyed.PerKeyOption{Name: name, KeyNil: key == nil, Build: build, MaxKeys: maxKeys}
 	})
 }
 
@@ -102,48 +125,50 @@ func StreamBuffer(msgs, bytes int) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case msgs < 0 || bytes < 0:
-			c.err = fmt.Errorf("grpcmw: StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
+			c.fail("StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
 		case msgs > maxReplayMsgs || bytes > maxReplayBytes:
-			c.err = fmt.Errorf("grpcmw: StreamBuffer(%d, %d): at most %d messages and %d bytes: a retry replays them before reading any response, and a larger replay could block on HTTP/2 flow control",
+			c.fail("StreamBuffer(%d, %d): at most %d messages and %d bytes: a retry replays them before reading any response, and a larger replay could block on HTTP/2 flow control",
 				msgs, bytes, maxReplayMsgs, maxReplayBytes)
 		}
 		c.bufMsgs, c.bufBytes = msgs, bytes
 	})
 }
 
-func newConfig(c *chain.Chain, opts []Option) *config {
-	cfg := &config{idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
-	for _, o := range opts {
-		if o == nil {
-			cfg.err = errors.New("grpcmw: nil Option")
-			continue
+// FirstMessageTimeout bounds, for each attempt at a stream, the wait for
+// its first response message once the client has closed its send side (so
+// an upload, or a bidi call still sending, is not cut short). It ends the
+// attempt as a failure, inside every breaker; the stream may then be
+// retried. Default: none. The chain's own timeouts bound only each
+// attempt's creation: a subscription whose first event comes late is not
+// cut short by the unary attempt timeout.
+func FirstMessageTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d <= 0 {
+			c.fail("FirstMessageTimeout(%v): must be > 0", d)
 		}
-		o.apply(cfg)
-	}
-	cfg.source = keyed.NewSource("grpcmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys, noFallback)
-	return cfg
+		c.firstMsg = d
+	})
 }
 
-func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientConn) (*chain.Chain, error) {
-	if cfg.err != nil {
-		return nil, cfg.err
-	}
-	var key string
-	if cfg.source.PerKey() {
-		key = cfg.keyOf(ctx, method, cc)
-	}
-	return cfg.source.Get(key)
-}
+// UnaryOnly makes the interceptors for unary calls only: [NewInterceptors]
+// then accepts a chain that a stream cannot apply (a fallback, or a policy
+// of your own), and [Interceptors.DialOptions] installs no stream
+// interceptor.
+func UnaryOnly() Option { return optionFunc(func(c *config) { c.unaryOnly = true }) }
 
-// noFallback refuses a chain with a fallback: a fallback cannot fill the
-// caller's gRPC reply, so the call would succeed with an empty message.
-func noFallback(c *chain.Chain) error {
-	for _, p := range c.Policies() {
-		if _, ok := p.(*fallback.Policy); ok {
-			return fmt.Errorf("grpcmw: chain %v has a fallback, which cannot fill a gRPC reply; handle the error instead (errors.Is(err, breaker.ErrOpen))", c)
+// OnStateChange makes fn receive every state change of the breakers in the
+// interceptors' chains, with the key of the chain in a keyed set
+// ([PerMethod], [PerTarget], [PerKey]; "" for the single chain). It is
+// called after the change, with no lock held, in order for each breaker,
+// alongside the breaker's own Settings.OnStateChange.
+func OnStateChange(fn func(breaker.StateChange)) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.fail("OnStateChange(nil): needs a function")
+			return
 		}
-	}
-	return nil
+		c.onChange = fn
+	})
 }
 
 // callSettings reads the per-call options.
@@ -184,13 +209,4 @@ type MaxAttemptsOption struct {
 // the chain's retry, not raise it.
 func WithMaxAttempts(n int) grpc.CallOption { return MaxAttemptsOption{Attempts: n} }
 
-// DialOptions returns the dial options that put c on a connection: both
-// interceptors, and grpc.WithDisableRetry so that grpc-go's own retry does
-// not multiply the chain's attempts.
-func DialOptions(c *chain.Chain, opts ...Option) []grpc.DialOption {
-	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(c, opts...)),
-		grpc.WithChainStreamInterceptor(StreamClientInterceptor(c, opts...)),
-		grpc.WithDisableRetry(),
-	}
-}
+var errNilOption = errors.New("grpcmw: nil Option")

@@ -3,12 +3,16 @@ package grpcmw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync/atomic"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
@@ -29,63 +33,88 @@ const (
 	maxReplayBytes = 64 << 10
 )
 
-// plan is how a chain applies to a stream: its first retry wraps
-// establishment, every breaker admits each attempt and learns the stream's
-// final outcome, the soonest timeout bounds each attempt's creation and the
-// wait for the first response, and a timeout outside the retry and the
-// breakers bounds all attempts.
+// plan is how a chain applies to a stream: its retry wraps establishment,
+// every breaker admits each attempt and learns the stream's final outcome,
+// the soonest timeout bounds each attempt's creation, and a timeout
+// outside the retry and the breakers bounds all attempts. Positions are in
+// the chain's policies with nested chains flattened.
 type plan struct {
-	retry     *retry.Policy
-	breakers  []*breaker.Breaker
-	at        []int         // each breaker's position in the chain
-	first     time.Duration // the soonest timeout, 0: none
-	firstAt   int           // the position of the timeout that set first
-	overall   time.Duration // bound on all attempts, 0: none
-	overallAt int
+	retry    *retry.Policy
+	breakers []*breaker.Breaker
+	at       []int // each breaker's position in the chain
+	timeouts []*timeout.Policy
+	tAt      []int // each timeout's position
+	outer    int   // the number of timeouts outside the retry and the breakers
+	inner    int   // a position inside every policy: FirstMessageTimeout's
 }
 
-func planFor(c *chain.Chain) plan {
+// times returns, now, the soonest timeout of the chain and its position,
+// and the soonest of those outside the retry and the breakers, which bounds
+// all attempts (0: none). A tie goes to the outer one, as in package chain;
+// an adaptive timeout gives its current value.
+func (p *plan) times() (first time.Duration, firstAt int, overall time.Duration, overallAt int) {
+	for i, t := range p.timeouts {
+		d := t.Timeout()
+		if i < p.outer && (overall == 0 || d < overall) {
+			overall, overallAt = d, p.tAt[i]
+		}
+		if first == 0 || d < first {
+			first, firstAt = d, p.tAt[i]
+		}
+	}
+	return first, firstAt, overall, overallAt
+}
+
+// planFor makes the plan of c, or says which of its policies a stream
+// cannot apply.
+func planFor(c *chain.Chain) (plan, error) {
 	var p plan
-	for i, pol := range c.Policies() {
+	policies := adapter.Flatten(c)
+	p.inner = len(policies)
+	for i, pol := range policies {
 		switch v := pol.(type) {
 		case *retry.Policy:
-			if p.retry == nil {
-				p.retry = v
+			if p.retry != nil {
+				return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a stream applies one retry; keep a single retry, outside the breaker", v, i+1, c)
 			}
+			p.retry = v
 		case *breaker.Breaker:
 			p.breakers = append(p.breakers, v)
 			p.at = append(p.at, i)
 		case *timeout.Policy:
-			d := v.Timeout()
-			if p.retry == nil && len(p.breakers) == 0 && p.overall == 0 {
-				p.overall, p.overallAt = d, i // outermost: bounds the attempts (and the first, below)
+			if p.retry == nil && len(p.breakers) == 0 {
+				p.outer++ // outside: bounds all attempts
 			}
-			if p.first == 0 || d < p.first { // a tie goes to the outer one, as in package chain
-				p.first, p.firstAt = d, i
-			}
+			p.timeouts = append(p.timeouts, v)
+			p.tAt = append(p.tAt, i)
+		case *fallback.Policy:
+			return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a fallback cannot answer a stream; use grpcmw.UnaryOnly(), or give streams a chain without it", v, i+1, c)
+		default:
+			return p, fmt.Errorf("grpcmw: streams cannot apply %T, policy #%d of chain %v: a stream runs only breakers, a retry and timeouts; use grpcmw.UnaryOnly(), or give streams a chain of those", v, i+1, c)
 		}
 	}
-	return p
+	return p, nil
 }
 
-// StreamClientInterceptor runs stream establishment through c: see the
-// package documentation for what applies to streams. Install it with
-// grpc.WithChainStreamInterceptor, or use [DialOptions].
-func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientInterceptor {
-	cfg := newConfig(c, opts)
+func (cfg *config) stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ch, err := cfg.chainFor(ctx, method, cc)
+		p, err := cfg.chainFor(ctx, method, cc)
 		if err != nil {
 			return nil, err
+		}
+		if p.streamErr != nil {
+			return nil, p.streamErr
 		}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		s := &stream{
 			mu:  make(chanMutex, 1),
-			cfg: cfg, plan: planFor(ch), ctx: ctx, desc: desc, cc: cc, method: method,
+			cfg: cfg, plan: &p.plan, ctx: ctx, desc: desc, cc: cc, method: method,
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
-		if s.plan.overall > 0 {
-			s.deadline = time.Now().Add(s.plan.overall)
+		var overall time.Duration
+		s.first, s.firstAt, overall, s.overallAt = s.plan.times()
+		if overall > 0 {
+			s.deadline = time.Now().Add(overall)
 		}
 		// Under the lock: an attempt's watchers (see attempt) may run as soon
 		// as its stream exists.
@@ -93,7 +122,7 @@ func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientIn
 		err = s.establishLocked()
 		s.mu.Unlock()
 		if err != nil {
-			return nil, toStatus(ctx, err)
+			return nil, toStatus(ctx, err, s.answer)
 		}
 		return s, nil
 	}
@@ -104,7 +133,7 @@ func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientIn
 // send while another receives.
 type stream struct {
 	cfg         *config
-	plan        plan
+	plan        *plan
 	ctx         context.Context
 	desc        *grpc.StreamDesc
 	cc          *grpc.ClientConn
@@ -113,7 +142,10 @@ type stream struct {
 	opts        []grpc.CallOption
 	idempotent  bool
 	maxAttempts int
-	deadline    time.Time
+	deadline    time.Time     // of the timeouts outside the retry and the breakers
+	first       time.Duration // the soonest timeout, bounding each attempt's creation
+	firstAt     int           // its position
+	overallAt   int           // the position of the timeout that set deadline
 
 	// The calls in flight, which see how an attempt ends: recving is set
 	// under mu, sending counts SendMsg calls. Atomic so that grpc.OnFinish
@@ -139,6 +171,7 @@ type stream struct {
 	received   bool  // the first response arrived: no more retries
 	finished   bool  // the final outcome is known: no more retries
 	lastErr    error // the last failed attempt's error, as the retry saw it
+	answer     error // the last failed attempt's own error: the downstream's last answer
 }
 
 // attempt is one try at the stream, with the breakers' permits for it.
@@ -215,11 +248,13 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		return retry.Permanent(s.lastErr) // the failure that led to this retry
 	}
 	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
-	if !s.closedSend && a.timer != nil {
-		// Created, and the client still sending: an upload, or a bidi call,
-		// is not cut short; CloseSend arms the wait for the first response.
+	if a.timer != nil {
+		// Created: the chain's timeouts bounded the creation only.
 		a.timer.Stop()
 		a.timer = nil
+	}
+	if s.closedSend {
+		s.armFirstLocked(a)
 	}
 	eof := false
 	for _, msg := range s.sent {
@@ -262,32 +297,55 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 // failLocked ends attempt a, failed with err, and returns what the retry
 // should see. trailer is a's, if it made a stream that ended.
 func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
+	s.answer = err
 	err = s.timedOut(a, err)
 	s.lastErr = err
 	s.endLocked(a, err)
-	return s.outcome(err, trailer, recv)
+	out := s.outcome(err, trailer, recv)
+	var until time.Time
+	for _, b := range s.plan.breakers {
+		if u := bridge.BreakerOpenUntil(b); u.After(until) {
+			until = u
+		}
+	}
+	if !until.IsZero() {
+		// A breaker is open: the retry learns when it admits again, and does
+		// not wait for a rejection.
+		out = &bridge.OpenAfter{Err: out, Until: until}
+	}
+	return out
 }
 
-// armLocked starts the chain's timeout for attempt a: for its creation,
-// then, once the client has sent everything, for its first response.
+// armLocked starts the chain's timeout for the creation of attempt a.
 func (s *stream) armLocked(a *attempt) {
 	if s.received || a.timer != nil || a.done {
 		return
 	}
-	d, owner := s.firstTimeout()
-	if d > 0 {
+	if d, owner := s.firstTimeout(); d > 0 {
 		cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: owner}}
 		a.timer = time.AfterFunc(d, func() { cancel(cause) })
 	}
 }
 
+// armFirstLocked starts FirstMessageTimeout for attempt a, once the client
+// has sent everything: it ends the attempt as a failure, inside every
+// breaker.
+func (s *stream) armFirstLocked(a *attempt) {
+	d := s.cfg.firstMsg
+	if d == 0 || s.received || a.timer != nil || a.done {
+		return
+	}
+	cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: s.plan.inner}}
+	a.timer = time.AfterFunc(d, func() { cancel(cause) })
+}
+
 // firstTimeout is the soonest of the chain's timeout and what is left of
 // the overall one, with the position of the timeout it comes from.
 func (s *stream) firstTimeout() (time.Duration, int) {
-	d, owner := s.plan.first, s.plan.firstAt
+	d, owner := s.first, s.firstAt
 	if !s.deadline.IsZero() {
 		if left := time.Until(s.deadline); d == 0 || left <= d {
-			d, owner = max(left, time.Nanosecond), s.plan.overallAt
+			d, owner = max(left, time.Nanosecond), s.overallAt
 		}
 	}
 	return d, owner
@@ -319,7 +377,7 @@ func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
 	limit := s.limit()
 	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
 		(limit == 0 || s.attempts < limit)
-	return s.cfg.outcome(s.ctx, s.cc, err, trailer, may)
+	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
 }
 
 // endLocked reports attempt a's outcome to the breakers, once, and releases
@@ -340,7 +398,7 @@ func (s *stream) endLocked(a *attempt, err error) {
 			p.Abandon()
 			continue
 		}
-		p.Done(s.cfg.outcome(s.ctx, s.cc, err, nil, false))
+		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
 	}
 	s.releaseLocked(a)
 }
@@ -492,7 +550,7 @@ func (s *stream) CloseSend() error {
 	defer s.mu.Unlock()
 	s.closedSend = true
 	err := s.cur.cs.CloseSend()
-	s.armLocked(s.cur)
+	s.armFirstLocked(s.cur)
 	return err
 }
 
@@ -524,12 +582,12 @@ func (s *stream) RecvMsg(m any) error {
 		s.finishLocked(nil)
 		return io.EOF
 	case s.finished || a != s.cur:
-		return toStatus(s.ctx, s.timedOut(a, err)) // the same status as before
+		return toStatus(s.ctx, s.timedOut(a, err), s.answer) // the same status as before
 	}
 	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
-		return toStatus(s.ctx, err)
+		return toStatus(s.ctx, err, s.answer)
 	}
 	// Before the first response, with everything sent: retry.
 	failed := s.failLocked(a, err, a.cs.Trailer(), true)
@@ -546,7 +604,7 @@ func (s *stream) RecvMsg(m any) error {
 		return io.EOF
 	}
 	s.finishLocked(rerr)
-	return toStatus(s.ctx, rerr)
+	return toStatus(s.ctx, rerr, s.answer)
 }
 
 // Header, Trailer and Context answer for the latest attempt's stream

@@ -269,14 +269,36 @@ func TestStreamHeaderThenRecv(t *testing.T) {
 	})
 }
 
-// TestStreamTimeouts: the chain's timeout bounds a stream's first
-// response, whether or not a RecvMsg waits for it. A timeout inside the
-// breaker is a failure; one outside it is the caller's, as far as the
-// breaker is concerned (neutral), as for unary calls.
+// TestStreamTimeouts: the chain's timeouts bound a stream's creation, not
+// the wait for its first message: a subscription whose first event comes
+// after the attempt timeout gets it. FirstMessageTimeout bounds that wait,
+// whether or not a RecvMsg waits, and is a failure inside every breaker.
+// For unary calls, an attempt timeout inside the breaker is a failure and
+// one outside it neutral.
 func TestStreamTimeouts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer {
+			return testserver.GRPCAnswer{Delay: 500 * time.Millisecond, Messages: 1}
+		})
+		defer srv.Stop()
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b, must(timeout.New(100*time.Millisecond)))))...))
+		defer conn.Close()
+		start := time.Now()
+		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+		if _, err := w.Recv(); err != nil || time.Since(start) != 500*time.Millisecond {
+			t.Errorf("first event: %v after %v; want it after 500ms", err, time.Since(start))
+		}
+		if _, err := w.Recv(); err != io.EOF {
+			t.Errorf("got %v, want io.EOF", err)
+		}
+		if cn := b.Counts(); cn.Failures != 0 || cn.Successes != 1 || b.State() != breaker.StateClosed {
+			t.Errorf("breaker %v %+v, want 1 success", b.State(), cn)
+		}
+	})
 	for _, tc := range []struct {
 		name  string
-		outer bool // the timeout outside the breaker
+		outer bool // the chain's timeout outside the breaker
 		recv  bool // a RecvMsg waits
 	}{
 		{"inner, receiving", false, true},
@@ -296,19 +318,27 @@ func TestStreamTimeouts(t *testing.T) {
 				}
 				bu := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
 				bs := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
-				cu, cs := must(srv.Dial(grpcmw.DialOptions(newChain(bu))...)), must(srv.Dial(grpcmw.DialOptions(newChain(bs))...))
+				cu := must(srv.Dial(grpcmw.DialOptions(newChain(bu))...))
+				cs := must(srv.Dial(grpcmw.DialOptions(newChain(bs), grpcmw.FirstMessageTimeout(50*time.Millisecond))...))
 				defer cu.Close()
 				defer cs.Close()
 				if err := check(context.Background(), healthpb.NewHealthClient(cu)); status.Code(err) != codes.DeadlineExceeded {
 					t.Fatalf("unary: %v", err)
+				}
+				wantUnary := breaker.StateOpen
+				if tc.outer {
+					wantUnary = breaker.StateClosed
+				}
+				if bu.State() != wantUnary {
+					t.Errorf("unary leaves the breaker %v %+v; want %v", bu.State(), bu.Counts(), wantUnary)
 				}
 				start := time.Now()
 				w := must(healthpb.NewHealthClient(cs).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 				if !tc.recv {
 					time.Sleep(time.Second)
 					synctest.Wait()
-					if cn := bs.Counts(); cn.Failures+cn.Neutral != 1 {
-						t.Errorf("stream timed out without a RecvMsg: breaker %+v, want its outcome", cn)
+					if cn := bs.Counts(); cn.Failures != 1 {
+						t.Errorf("stream timed out without a RecvMsg: breaker %+v, want its failure", cn)
 					}
 				}
 				_, err := w.Recv()
@@ -318,12 +348,8 @@ func TestStreamTimeouts(t *testing.T) {
 				if took := time.Since(start); tc.recv && took != 50*time.Millisecond {
 					t.Errorf("stream: failed after %v, want 50ms", took)
 				}
-				want := breaker.StateOpen
-				if tc.outer {
-					want = breaker.StateClosed
-				}
-				if bu.State() != want || bs.State() != want {
-					t.Errorf("unary leaves the breaker %v %+v, a stream %v %+v; want both %v", bu.State(), bu.Counts(), bs.State(), bs.Counts(), want)
+				if bs.State() != breaker.StateOpen {
+					t.Errorf("a stream leaves the breaker %v %+v; want open", bs.State(), bs.Counts())
 				}
 			})
 		})
@@ -689,11 +715,14 @@ func TestConnCloseDuringCallIsNeutral(t *testing.T) {
 	}
 }
 
-// TestSizeLimitsAreNeutral: a message over a size limit (a request over
-// grpc.MaxCallSendMsgSize never leaves the client; a response over
-// grpc.MaxCallRecvMsgSize is refused by it) is neither retried nor counted
-// against the downstream.
-func TestSizeLimitsAreNeutral(t *testing.T) {
+// TestSizeLimits: a request over grpc.MaxCallSendMsgSize never leaves the
+// client: grpc-go refuses it with ResourceExhausted, and callguard, seeing
+// the request is over the call's limit, makes it neutral and does not
+// retry it. A response over grpc.MaxCallRecvMsgSize is refused by the
+// client with the same code as a server's own ResourceExhausted, and
+// nothing structural tells them apart: it counts as a failure, not
+// retried, like any ResourceExhausted without pushback.
+func TestSizeLimits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 3, OpenTimeout: time.Hour}))
 		srv := testserver.NewGRPCBufconn(always(codes.OK))
@@ -705,6 +734,9 @@ func TestSizeLimitsAreNeutral(t *testing.T) {
 		if status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 0 {
 			t.Errorf("unary over the send limit: %v after %d calls; want ResourceExhausted, none sent", err, srv.Received.Load())
 		}
+		if cn := b.Counts(); cn.Failures != 0 || cn.Neutral != 1 {
+			t.Errorf("breaker %+v after the send limit; want 1 neutral call", cn)
+		}
 		_, err = client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.MaxCallRecvMsgSize(1))
 		if status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 1 {
 			t.Errorf("unary over the receive limit: %v after %d calls; want ResourceExhausted after 1", err, srv.Received.Load())
@@ -713,8 +745,8 @@ func TestSizeLimitsAreNeutral(t *testing.T) {
 		if _, err := w.Recv(); status.Code(err) != codes.ResourceExhausted || srv.Received.Load() != 2 {
 			t.Errorf("stream over the receive limit: %v after %d calls; want ResourceExhausted after 2", err, srv.Received.Load())
 		}
-		if cn := b.Counts(); cn.Failures != 0 || cn.Neutral != 3 || b.State() != breaker.StateClosed {
-			t.Errorf("breaker %v %+v; want 3 neutral calls, no failure", b.State(), cn)
+		if cn := b.Counts(); cn.Failures != 2 || cn.Neutral != 1 {
+			t.Errorf("breaker %v %+v; want 2 failures and 1 neutral call", b.State(), cn)
 		}
 	})
 }
@@ -792,7 +824,7 @@ func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 
 // TestStreamStatusAfterCommitAndEnd: the caller gets the status of the
 // failure that ended the stream: the last attempt's when Context stops a
-// retry during its backoff (also after the chain's timeout), and the same
+// retry during its backoff (also after FirstMessageTimeout), and the same
 // status again from a RecvMsg after the end.
 func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -820,7 +852,7 @@ func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} })
 		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry(), must(timeout.New(100*time.Millisecond)))), grpcmw.AllIdempotent())...))
+		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry())), grpcmw.AllIdempotent(), grpcmw.FirstMessageTimeout(100*time.Millisecond))...))
 		defer conn.Close()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 		done := make(chan error, 1)
@@ -828,7 +860,7 @@ func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 		time.Sleep(500 * time.Millisecond) // in the backoff after the first attempt's timeout
 		_ = w.Context()
 		if err := <-done; status.Code(err) != codes.DeadlineExceeded {
-			t.Errorf("got %v; want the chain timeout's DeadlineExceeded", err)
+			t.Errorf("got %v; want FirstMessageTimeout's DeadlineExceeded", err)
 		}
 		if _, err := w.Recv(); status.Code(err) != codes.DeadlineExceeded {
 			t.Errorf("a Recv after the end: %v; want DeadlineExceeded again", err)

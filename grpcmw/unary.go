@@ -3,18 +3,31 @@ package grpcmw
 import (
 	"context"
 
-	"github.com/callguard/callguard/chain"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
-// UnaryClientInterceptor runs each unary call through c (or through the chain
-// of its key, with [PerKey]). Install it with
-// grpc.WithChainUnaryInterceptor, or use [DialOptions].
-func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInterceptor {
-	cfg := newConfig(c, opts)
+// replyKey carries, under a chain with a fallback, the reply a fallback
+// fills (see Reply).
+type replyKey struct{}
+
+// Reply returns the reply message of the unary call that ctx belongs to,
+// for a fallback in the interceptor's chain to fill: a fallback that fills
+// it and returns nil makes the call succeed with that reply. It returns nil
+// outside such a call, and for streams, which a fallback cannot answer.
+//
+//	fb, _ := fallback.New(func(ctx context.Context, err error) error {
+//		if r, ok := grpcmw.Reply(ctx).(*pb.Item); ok {
+//			proto.Merge(r, cached)
+//			return nil
+//		}
+//		return err
+//	})
+func Reply(ctx context.Context) any { return ctx.Value(replyKey{}) }
+
+func (cfg *config) unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		ch, err := cfg.chainFor(ctx, method, cc)
+		p, err := cfg.chainFor(ctx, method, cc)
 		if err != nil {
 			return err
 		}
@@ -33,7 +46,11 @@ func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInte
 			u.opts = append(u.opts, grpc.Trailer(&u.trailer))
 			u.idempotent = true
 		}
-		return toStatus(ctx, ch.Do(ctx, u.attempt))
+		cctx := ctx
+		if p.fallback {
+			cctx = context.WithValue(ctx, replyKey{}, reply)
+		}
+		return toStatus(ctx, p.chain.Do(cctx, u.attempt), u.answer)
 	}
 }
 
@@ -53,6 +70,7 @@ type unaryCall struct {
 	idempotent  bool
 	maxAttempts int
 	attempts    int
+	answer      error // the last attempt's own error: the downstream's last answer
 }
 
 // attempt makes one attempt of the call.
@@ -60,5 +78,6 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 	u.attempts++
 	u.trailer = nil
 	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
-	return u.cfg.outcome(u.callerCtx, u.cc, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
+	u.answer = err
+	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
 }

@@ -529,16 +529,33 @@ func TestEachAttemptGetsItsOwnRequest(t *testing.T) {
 	}
 }
 
-// TestFallbackRefused: a fallback cannot produce a response (OnOpen does),
-// so a chain with one is refused, and the request body is closed.
-func TestFallbackRefused(t *testing.T) {
-	fb := must(fallback.New(func(context.Context, error) error { return nil }))
-	srv, client, _ := newServer(t, always(200), must(chain.New(fb, threeAttempts())))
-	closed := false
-	req := must(http.NewRequest(http.MethodPut, srv.URL, &closeSpy{Reader: strings.NewReader("x"), closed: &closed}))
-	_, err := client.Transport.RoundTrip(req)
-	if err == nil || !strings.Contains(err.Error(), "OnOpen") || !closed || srv.Received.Load() != 0 {
-		t.Errorf("got %v, body closed %t, %d requests; want an error pointing to OnOpen", err, closed, srv.Received.Load())
+// TestFallbackResponds: a fallback in the chain answers a failed request
+// with httpmw.Respond; one that returns nil without answering makes the
+// request fail; Respond outside such a request is an error.
+func TestFallbackResponds(t *testing.T) {
+	fb := must(fallback.New(func(ctx context.Context, err error) error {
+		return httpmw.Respond(ctx, &http.Response{StatusCode: 200, Header: http.Header{"X-From": {"cache"}}, Body: io.NopCloser(strings.NewReader("stale"))})
+	}, fallback.OnAnyFailure()))
+	srv, client, _ := newServer(t, always(503), must(chain.New(fb, threeAttempts())))
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || string(body) != "stale" || resp.Header.Get("X-From") != "cache" || srv.Received.Load() != 3 {
+		t.Errorf("got %d %q after %d requests; want the fallback's 200 \"stale\" after 3", resp.StatusCode, body, srv.Received.Load())
+	}
+	silent := must(fallback.New(func(context.Context, error) error { return nil }, fallback.OnAnyFailure()))
+	srv2, client2, _ := newServer(t, always(503), must(chain.New(silent)))
+	if resp, err := client2.Get(srv2.URL); err == nil || !strings.Contains(err.Error(), "Respond") {
+		if resp != nil {
+			resp.Body.Close()
+		}
+		t.Errorf("a fallback that answers nothing: got %v, want an error pointing to Respond", err)
+	}
+	if err := httpmw.Respond(context.Background(), &http.Response{}); err == nil {
+		t.Error("Respond outside a request succeeded")
 	}
 }
 

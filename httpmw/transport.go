@@ -3,196 +3,157 @@ package httpmw
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"math"
 	"net/http"
 	"strconv"
-	"sync"
-	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
-	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/keyed"
-	"github.com/callguard/callguard/retry"
 )
 
-// Option configures a transport.
-type Option interface{ apply(*config) }
-
-type optionFunc func(*config)
-
-func (f optionFunc) apply(c *config) { f(c) }
-
-type config struct {
-	retryAll  bool
-	failure   func(*http.Response, error) bool
-	onOpen    func(*http.Request, error) (*http.Response, error)
-	keyOf     func(*http.Request) string
-	build     func(string) (*chain.Chain, error)
-	maxKeys   int
-	source    keyed.Source
-	drainUpTo int64
-	err       error
+// Transport is an http.RoundTripper that sends each request through a
+// chain (or a chain per key) to a base RoundTripper. It is safe for
+// concurrent use. Create one with [New].
+type Transport struct {
+	base   http.RoundTripper
+	cfg    *config
+	source keyed.Source[*prepared]
+	err    error // NewTransport's invalid option: every request fails with it
 }
 
-// RetryAll lets non-idempotent requests (POST, PATCH, … without an
-// Idempotency-Key) be retried too.
-func RetryAll() Option { return optionFunc(func(c *config) { c.retryAll = true }) }
-
-// FailureIf replaces the default classification (transport errors, 5xx and
-// 429 are failures). It is called with the response or the transport error.
-func FailureIf(fn func(resp *http.Response, err error) bool) Option {
-	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.err = errors.New("httpmw: FailureIf(nil)")
-		}
-		c.failure = fn
-	})
+// prepared is a chain as the transport runs it: what it derives from the
+// chain once, when it is built.
+type prepared struct {
+	chain    *chain.Chain
+	fallback bool // requests carry their exchange for Respond
 }
 
-// OnOpen answers a request that the breaker rejects before any attempt
-// reached the server, for example from a stale cache. Its result is
-// RoundTrip's result. The request's body has been closed by then.
-func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Option {
-	return optionFunc(func(c *config) { c.onOpen = fn })
-}
-
-// PerHost keeps a chain, with its own breaker state, per request host
-// (req.URL.Host): build makes a host's chain on its first request; at most
-// maxHosts are kept, the least recently used dropped first. The chain given
-// to NewTransport is then unused and may be nil.
-func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option {
-	return perKey("PerHost", func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
-}
-
-// PerKey keeps a chain per key computed from the request.
-func PerKey(key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
-	return perKey("PerKey", key, build, maxKeys)
-}
-
-func perKey(name string, key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
-	return optionFunc(func(c *config) {
-		switch {
-		case key == nil:
-			c.err = fmt.Errorf("httpmw: %s needs a key function", name)
-		case build == nil:
-			c.err = fmt.Errorf("httpmw: %s needs a function that builds a chain", name)
-		case maxKeys < 1:
-			c.err = fmt.Errorf("httpmw: %s(…, %d): the maximum number of keys must be >= 1", name, maxKeys)
-		}
-		c.keyOf, c.build, c.maxKeys = key, build, maxKeys
-	})
-}
-
-// DrainUpTo sets how much of a discarded response body is read before it is
-// closed, so that its connection can be reused (default 64 KiB).
-func DrainUpTo(n int64) Option {
-	return optionFunc(func(c *config) {
-		if n < 0 {
-			c.err = fmt.Errorf("httpmw: DrainUpTo(%d): must be >= 0", n)
-		}
-		c.drainUpTo = n
-	})
-}
-
-// DefaultFailure is the default classification: a transport error, a 5xx
-// or a 429.
-func DefaultFailure(resp *http.Response, err error) bool {
-	return err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
-}
-
-// NewTransport returns a RoundTripper that sends each request through c to
-// base (http.DefaultTransport if nil). It is safe for concurrent use.
-func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.RoundTripper {
+// New checks c and the options, and returns a Transport that sends each
+// request through c (or through a chain per key, with [PerHost] or
+// [PerKey]) to base (http.DefaultTransport if nil). Every invalid option
+// is reported here, by name.
+func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, error) {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	cfg := &config{failure: DefaultFailure, drainUpTo: 64 << 10}
+	cfg := &config{failure: DefaultFailure, drainUpTo: DefaultDrainUpTo, drainTimeout: DefaultDrainTimeout, judgeBody: true}
 	for _, o := range opts {
 		if o == nil {
-			cfg.err = errors.New("httpmw: nil Option")
-			continue
+			return nil, errNilOption
 		}
 		o.apply(cfg)
 	}
-	cfg.source = keyed.NewSource("httpmw", c, cfg.keyOf != nil, cfg.build, cfg.maxKeys, noFallback)
-	return &transport{base: base, cfg: cfg}
+	if cfg.err != nil {
+		return nil, cfg.err
+	}
+	src, err := keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
+		adapter.Watch(c, key, cfg.onChange)
+		return &prepared{chain: c, fallback: adapter.HasFallback(c)}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Transport{base: base, cfg: cfg, source: src}, nil
 }
 
-// noFallback refuses a chain with a fallback: a fallback cannot produce an
-// *http.Response; OnOpen does.
-func noFallback(c *chain.Chain) error {
-	for _, p := range c.Policies() {
-		if _, ok := p.(*fallback.Policy); ok {
-			return fmt.Errorf("httpmw: chain %v has a fallback, which cannot produce a response; use httpmw.OnOpen", c)
-		}
+// NewTransport is [New] for a context where an error cannot be returned: an
+// invalid option makes every request fail with its error.
+func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.RoundTripper {
+	t, err := New(base, c, opts...)
+	if err != nil {
+		return &Transport{err: err}
 	}
+	return t
+}
+
+// Breakers lists the breakers of the transport's chains, with their key in
+// a keyed set ("" for the single chain), state and counters now, by key.
+func (t *Transport) Breakers() []breaker.Snapshot {
+	if t.err != nil {
+		return nil
+	}
+	return adapter.Snapshots(func(fn func(string, *chain.Chain)) {
+		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
+	})
+}
+
+// CloseIdleConnections closes the idle connections of the base
+// RoundTripper, if it has a CloseIdleConnections method (as
+// *http.Transport has); http.Client.CloseIdleConnections calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// BreakerHeader is set, to "open", on a response that the caller gets
+// because a breaker ended the retries: the last failing response, when the
+// next attempt would have been rejected.
+const BreakerHeader = "Callguard-Breaker"
+
+// exchangeKey carries, under a chain with a fallback, the exchange Respond
+// answers.
+type exchangeKey struct{}
+
+// Respond makes resp the answer to the request that ctx belongs to: a
+// fallback in the transport's chain calls it, and returns its result, to
+// answer a failed request with a response of its own (a stale cache, a
+// default body). It returns an error outside such a request. A fallback
+// that returns nil without calling Respond makes the request fail.
+//
+//	fb, _ := fallback.New(func(ctx context.Context, err error) error {
+//		return httpmw.Respond(ctx, &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader(cached))})
+//	}, fallback.OnAnyFailure())
+func Respond(ctx context.Context, resp *http.Response) error {
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	switch {
+	case x == nil:
+		return errors.New("httpmw: Respond outside a fallback of an httpmw transport's chain")
+	case resp == nil:
+		return errors.New("httpmw: Respond(nil): needs a response")
+	}
+	if resp.Body == nil {
+		resp.Body = http.NoBody
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.answer != nil {
+		_ = x.answer.Body.Close()
+	}
+	x.answer = resp
 	return nil
 }
 
-type transport struct {
-	base http.RoundTripper
-	cfg  *config
-}
-
-// StatusError is the error the chain's policies see for a failing status.
-// The caller does not get it: it gets the response.
-type StatusError struct {
-	StatusCode int
-}
-
-// Error gives the status code and text.
-func (e *StatusError) Error() string {
-	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
-}
-
-func idempotentMethod(method string) bool {
-	switch method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true // "" is GET
-	}
-	return false
-}
-
-// replayable reports whether req can be sent again: no body, or GetBody.
-func replayable(req *http.Request) bool {
-	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-}
-
-var errNoReplay = breaker.NotFailure(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
-
-func (t *transport) retryable(req *http.Request) bool {
-	if !replayable(req) {
-		return false // the body cannot be replayed
-	}
-	if t.cfg.retryAll {
-		return true
-	}
-	// As net/http's own replay rule: the header present, even with a nil
-	// value (net/http's way of marking a request idempotent without sending
-	// the header), under its canonical key as Header.Set stores it.
-	if _, ok := req.Header["Idempotency-Key"]; ok {
-		return true
-	}
-	if _, ok := req.Header["X-Idempotency-Key"]; ok {
-		return true
-	}
-	return idempotentMethod(req.Method)
-}
+var (
+	errNoResponse       = errors.New("httpmw: no response") // a chain that never called
+	errFallbackNoAnswer = errors.New("httpmw: the chain's fallback answered without a response; call httpmw.Respond in it")
+)
 
 // RoundTrip implements http.RoundTripper.
-func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	c, err := t.chainFor(req)
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.err != nil {
+		closeBody(req)
+		return nil, t.err
+	}
+	p, err := t.chainFor(req)
 	if err != nil {
 		closeBody(req)
 		return nil, err
 	}
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
-	// DoHolding: the returned body keeps its attempt context, if the chain
-	// makes one, until it is closed.
-	err = c.DoHolding(req.Context(), x.attempt)
+	ctx := req.Context()
+	if p.fallback {
+		ctx = context.WithValue(ctx, exchangeKey{}, x)
+	}
+	// The returned body keeps its attempt context, if the chain makes one,
+	// until it is closed; with CountBodyErrors, the breakers' permits too.
+	if t.cfg.judgeBody {
+		err = bridge.ChainDoDeferred(p.chain, ctx, &x.deferred, x.attempt)
+	} else {
+		err = p.chain.DoHolding(ctx, x.attempt)
+	}
 	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
 	defer x.mu.Unlock()
 	x.over = true
@@ -206,165 +167,74 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
+	if x.answer != nil {
+		// A fallback's response.
+		x.discard()
+		return x.answer, nil
+	}
 	if resp := x.last; resp != nil {
+		if err == nil && p.fallback && t.cfg.failure(resp, nil) {
+			x.discard() // a fallback took the failure without answering
+			return nil, errFallbackNoAnswer
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// A protocol upgrade: its body is the connection, as net/http
+			// gives it, which no attempt context bounds any more.
+			x.held.Release()
+			x.deferred.Done(nil)
+			x.last, x.held = nil, nil
+			return resp, nil
+		}
+		if err != nil && errors.Is(err, breaker.ErrOpen) {
+			// The retries ended on an open breaker: the caller gets the last
+			// answer, marked.
+			resp.Header.Set(BreakerHeader, "open")
+		}
 		// Success, or retries that ended on a status: the caller gets the
-		// last response; its attempt context lives until its body is closed.
+		// last response; its attempt context (and, with CountBodyErrors,
+		// its permits) live until its body is done with.
 		x.body = resp.Body
 		resp.Body = x
+		x.last = nil
+		if x.body == http.NoBody {
+			x.settle(nil) // nothing to read: the outcome is known
+		}
 		return resp, nil
 	}
 	if x.attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
 		return t.cfg.onOpen(req, err)
 	}
 	if err == nil {
-		err = errors.New("httpmw: no response") // a chain that never called
+		if p.fallback {
+			err = errFallbackNoAnswer
+		} else {
+			err = errNoResponse
+		}
 	}
 	return nil, err
 }
 
-// exchange is one RoundTrip: its attempts, the last response, and, once
-// returned, that response's body, which releases the attempt's context when
-// closed. One allocation serves all three.
-type exchange struct {
-	t        *transport
-	req      *http.Request
-	mayRetry bool
-	attempts int
-	last     *http.Response
-	held     *chain.Held // last's attempt context, if the chain made one
-
-	body   io.ReadCloser // the returned response's body
-	closed sync.Once
-
-	mu   sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
-	over bool       // RoundTrip has its result: no more attempts
-}
-
-// errConcurrent is what a second attempt at once gets.
-var errConcurrent = breaker.NotFailure(retry.Permanent(errors.New("httpmw: attempts run one at a time, within RoundTrip; a policy that runs them at once (hedging), or after its Do returned, gets this error")))
-
-// attempt sends one copy of the request with the attempt's context.
-// Attempts run one at a time: an exchange keeps one response.
-func (x *exchange) attempt(actx context.Context) error {
-	if !x.mu.TryLock() {
-		return errConcurrent
-	}
-	defer x.mu.Unlock()
-	if x.over {
-		return errConcurrent // a late call, after RoundTrip has returned
-	}
-	if x.attempts > 0 && !replayable(x.req) {
-		// Also against a policy that retries a Permanent error: the body
-		// was sent and is gone.
-		return errNoReplay
-	}
-	var body io.ReadCloser
-	if x.attempts > 0 && x.req.GetBody != nil {
-		// Before discarding the last response: if the body cannot be
-		// replayed, the caller gets that response.
-		b, err := x.req.GetBody()
-		if err != nil {
-			return retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err))
-		}
-		body = b
-	}
-	x.attempts++
-	x.discard()
-	// The caller's request is never modified: an attempt that needs another
-	// context or body sends a shallow copy, as net/http's own Client and
-	// Transport do; the base must not modify it either (the RoundTripper
-	// contract). A first attempt under the caller's context sends the
-	// request itself.
-	r := x.req
-	if actx != r.Context() || x.attempts > 1 {
-		r = r.WithContext(actx)
-	}
-	if body != nil {
-		r.Body = body
-	}
-	resp, err := x.t.base.RoundTrip(r)
-	cfg := x.t.cfg
-	if err != nil {
-		if cfg.failure(nil, err) {
-			return permanentUnless(x.mayRetry, err)
-		}
-		return breaker.NotFailure(retry.Permanent(err))
-	}
-	x.last, x.held = resp, chain.Hold(actx)
-	if !cfg.failure(resp, nil) {
-		return nil
-	}
-	se := &StatusError{StatusCode: resp.StatusCode}
-	if d, ok := retryAfter(resp.Header.Get("Retry-After")); ok {
-		return permanentUnless(x.mayRetry, retry.After(se, d))
-	}
-	return permanentUnless(x.mayRetry, se)
-}
-
-// discard drains and closes the last response, and releases its context.
-func (x *exchange) discard() {
-	if x.last != nil {
-		drainClose(x.last.Body, x.t.cfg.drainUpTo)
-		x.held.Release()
-		x.last, x.held = nil, nil
-	}
-}
-
-// Read and Close make the exchange the returned response's body.
-func (x *exchange) Read(p []byte) (int, error) { return x.body.Read(p) }
-
-// Close closes the body and releases the attempt's context.
-func (x *exchange) Close() error {
-	err := x.body.Close()
-	x.closed.Do(x.held.Release)
-	return err
-}
-
-func (t *transport) chainFor(req *http.Request) (*chain.Chain, error) {
-	if t.cfg.err != nil {
-		return nil, t.cfg.err
-	}
+func (t *Transport) chainFor(req *http.Request) (*prepared, error) {
 	var key string
-	if t.cfg.source.PerKey() {
+	if t.source.PerKey() {
 		key = t.cfg.keyOf(req)
 	}
-	return t.cfg.source.Get(key)
+	return t.source.Get(key)
 }
 
-func permanentUnless(mayRetry bool, err error) error {
-	if mayRetry {
-		return err
-	}
-	return retry.Permanent(err)
+// StatusError is the error the chain's policies see for a failing status.
+// The caller does not get it: it gets the response.
+type StatusError struct {
+	StatusCode int
 }
 
-// retryAfter parses a Retry-After value: delay seconds or an HTTP date.
-func retryAfter(v string) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s < 0 {
-			return 0, false
-		}
-		if s > math.MaxInt64/int64(time.Second) {
-			return math.MaxInt64, true // centuries: past any MaxPushback
-		}
-		return time.Duration(s) * time.Second, true
-	}
-	if at, err := http.ParseTime(v); err == nil {
-		return max(time.Until(at), 0), true
-	}
-	return 0, false
+// Error gives the status code and text.
+func (e *StatusError) Error() string {
+	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
 }
 
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
 	}
-}
-
-func drainClose(body io.ReadCloser, upTo int64) {
-	_, _ = io.CopyN(io.Discard, body, upTo)
-	_ = body.Close()
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/callguard/callguard/breaker"
 )
 
 // Reason says why a retry stopped.
@@ -65,6 +67,12 @@ type ExhaustedError struct {
 // last error.
 func (e *ExhaustedError) Error() string {
 	return fmt.Sprintf("retry: gave up after %d attempts (%v): %v", e.Attempts, e.Reason, e.Last)
+}
+
+// Is reports, for [ReasonOpen], that an open breaker ended the retries:
+// errors.Is(err, breaker.ErrOpen) holds for them as for a rejection.
+func (e *ExhaustedError) Is(target error) bool {
+	return e.Reason == ReasonOpen && target == breaker.ErrOpen
 }
 
 // Unwrap returns the last attempt's error and, after a cancellation, the

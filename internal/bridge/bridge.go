@@ -7,7 +7,10 @@
 // there is no import cycle.
 package bridge
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Set by package breaker.
 var (
@@ -38,6 +41,16 @@ var (
 	// timeout. An attempt that a deadline other than t's ended after it
 	// ran this long counts as a failure of the downstream.
 	TimeoutPatience func(t any) time.Duration
+)
+
+// Set by package chain.
+var (
+	// ChainDoDeferred runs call through c, a *chain.Chain, like its
+	// DoHolding, except that a breaker whose attempt succeeded hands its
+	// permit to set, a *deferred.Set, instead of reporting the success: the
+	// adapter reports the call's final outcome to them later (an HTTP
+	// response body read in full, or failing mid-read).
+	ChainDoDeferred func(c any, ctx context.Context, set any, call func(context.Context) error) error
 )
 
 // OpenAfter is a failed attempt's error, wrapped by the chain (or a stream)

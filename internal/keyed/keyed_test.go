@@ -13,7 +13,7 @@ import (
 
 func TestBoundedLRU(t *testing.T) {
 	built := 0
-	k, err := New(func(key string) (*chain.Chain, error) { built++; return chain.New() }, 2)
+	k, err := New[*chain.Chain](func(key string) (*chain.Chain, error) { built++; return chain.New() }, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestBoundedLRU(t *testing.T) {
 	if k.Len() != 2 {
 		t.Fatalf("Len() = %d after 1000 keys, want 2", k.Len())
 	}
-	if _, err := New(nil, 1); err == nil {
+	if _, err := New[*chain.Chain](nil, 1); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
 }
@@ -48,7 +48,7 @@ func TestConcurrentFirstUse(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			var builds atomic.Int32
 			release := make(chan struct{})
-			k, err := New(func(key string) (*chain.Chain, error) {
+			k, err := New[*chain.Chain](func(key string) (*chain.Chain, error) {
 				builds.Add(1)
 				<-release
 				switch key {

@@ -1,0 +1,161 @@
+package httpmw
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/keyed"
+)
+
+// Option configures a transport.
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	retryAll     bool
+	failure      func(*http.Response, error) bool
+	onOpen       func(*http.Request, error) (*http.Response, error)
+	perKey       *keyed.PerKeyOption
+	keyOf        func(*http.Request) string
+	drainUpTo    int64
+	drainTimeout time.Duration
+	judgeBody    bool
+	onChange     func(breaker.StateChange)
+	err          error // the first invalid option
+}
+
+func (c *config) fail(format string, args ...any) {
+	if c.err == nil {
+		c.err = fmt.Errorf("httpmw: "+format, args...)
+	}
+}
+
+// Defaults of the options.
+const (
+	// DefaultDrainUpTo is how much of a discarded response body is read
+	// before it is closed (see DrainUpTo).
+	DefaultDrainUpTo = 64 << 10
+	// DefaultDrainTimeout bounds how long draining a discarded body may
+	// delay the next attempt (see DrainTimeout).
+	DefaultDrainTimeout = 50 * time.Millisecond
+)
+
+// RetryAll lets non-idempotent requests (POST, PATCH, … without an
+// Idempotency-Key) be retried too.
+func RetryAll() Option { return optionFunc(func(c *config) { c.retryAll = true }) }
+
+// FailureIf replaces the default classification (transport errors, 5xx and
+// 429 are failures). It is called with the response or the transport error
+// (resp nil), also with an error reading a response body (see
+// CountBodyErrors).
+func FailureIf(fn func(resp *http.Response, err error) bool) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.fail("FailureIf(nil): needs a function")
+			return
+		}
+		c.failure = fn
+	})
+}
+
+// OnOpen answers a request that the breaker rejects before any attempt
+// reached the server, for example from a stale cache. Its result is
+// RoundTrip's result. The request's body has been closed by then. (A
+// fallback in the chain can answer any failure; see Respond.)
+func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.fail("OnOpen(nil): needs a function")
+			return
+		}
+		c.onOpen = fn
+	})
+}
+
+// PerHost keeps a chain, with its own breaker state, per request host
+// (req.URL.Host): build makes a host's chain on its first request; at most
+// maxHosts are kept, the least recently used dropped first. The chain given
+// to [New] is then unused and may be nil.
+func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option {
+	return perKey("PerHost", func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
+}
+
+// PerKey keeps a chain per key computed from the request.
+func PerKey(key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return perKey("PerKey", key, build, maxKeys)
+}
+
+func perKey(name string, key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
+	return optionFunc(func(c *config) {
+		c.keyOf = key
+		c.perKey = &keyed.PerKeyOption{Name: name, KeyNil: key == nil, Build: build, MaxKeys: maxKeys}
+	})
+}
+
+// DrainUpTo sets how much of a discarded response body is read before it is
+// closed, so that its connection can be reused (default 64 KiB).
+func DrainUpTo(n int64) Option {
+	return optionFunc(func(c *config) {
+		if n < 0 {
+			c.fail("DrainUpTo(%d): must be >= 0", n)
+		}
+		c.drainUpTo = n
+	})
+}
+
+// DrainTimeout bounds the time spent draining a discarded response body
+// (default 50 ms): a body that has not arrived by then is closed, giving up
+// its connection, so that a server that sends a 503's headers and stalls
+// its body cannot delay the next attempt. 0 does not wait at all: every
+// discarded body is closed undrained.
+func DrainTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) {
+		if d < 0 {
+			c.fail("DrainTimeout(%v): must be >= 0", d)
+		}
+		c.drainTimeout = d
+	})
+}
+
+// CountBodyErrors decides whether the body of a returned response counts
+// toward the breakers (default true). When it does, a successful attempt
+// keeps its breakers' permits until its body is read to the end, fails or
+// is closed: an error reading it (a connection reset, the attempt timeout
+// during the read) is a failure of the downstream, the end of the body or
+// a Close is a success, and the caller's own cancellation is neutral. A
+// half-open probe's slot is then held until the body is done with, so
+// close every body (as net/http requires). With false, a response counts
+// when its headers arrive.
+func CountBodyErrors(on bool) Option {
+	return optionFunc(func(c *config) { c.judgeBody = on })
+}
+
+// OnStateChange makes fn receive every state change of the breakers in the
+// transport's chains, with the key of the chain in a keyed set ([PerHost],
+// [PerKey]; "" for the single chain). It is called after the change, with
+// no lock held, in order for each breaker, alongside the breaker's own
+// Settings.OnStateChange.
+func OnStateChange(fn func(breaker.StateChange)) Option {
+	return optionFunc(func(c *config) {
+		if fn == nil {
+			c.fail("OnStateChange(nil): needs a function")
+			return
+		}
+		c.onChange = fn
+	})
+}
+
+// DefaultFailure is the default classification: a transport error, a 5xx
+// or a 429.
+func DefaultFailure(resp *http.Response, err error) bool {
+	return err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
+}
+
+var errNilOption = errors.New("httpmw: nil Option")

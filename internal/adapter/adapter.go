@@ -1,0 +1,72 @@
+// Package adapter is what the gRPC and HTTP adapters share: how they look
+// into a chain (its breakers and fallbacks, nested chains included), how
+// they report the breakers of their keyed sets, and how they parse a
+// server's retry advice.
+package adapter
+
+import (
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/bridge"
+)
+
+// Flatten returns c's policies, outermost first, with the policies of
+// nested chains in their place.
+func Flatten(c *chain.Chain) []chain.Policy {
+	var out []chain.Policy
+	for _, p := range c.Policies() {
+		if n, ok := p.(*chain.Chain); ok {
+			out = append(out, Flatten(n)...)
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// Breakers returns the breakers of c, nested chains included, outermost
+// first.
+func Breakers(c *chain.Chain) []*breaker.Breaker {
+	var bs []*breaker.Breaker
+	for _, p := range Flatten(c) {
+		if b, ok := p.(*breaker.Breaker); ok {
+			bs = append(bs, b)
+		}
+	}
+	return bs
+}
+
+// HasFallback reports whether c has a fallback policy, nested chains
+// included.
+func HasFallback(c *chain.Chain) bool {
+	for _, p := range Flatten(c) {
+		if _, ok := p.(*fallback.Policy); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Watch makes fn receive the state changes of c's breakers, with key as
+// their Key. A nil fn does nothing.
+func Watch(c *chain.Chain, key string, fn func(breaker.StateChange)) {
+	if fn == nil {
+		return
+	}
+	for _, b := range Breakers(c) {
+		bridge.BreakerWatch(b, key, fn)
+	}
+}
+
+// Snapshots lists the breakers of the chains each gives, by key, with
+// their state and counters now.
+func Snapshots(each func(fn func(key string, c *chain.Chain))) []breaker.Snapshot {
+	var out []breaker.Snapshot
+	each(func(key string, c *chain.Chain) {
+		for _, b := range Breakers(c) {
+			out = append(out, breaker.Snapshot{Key: key, Name: b.Settings().Name, State: b.State(), Counts: b.Counts()})
+		}
+	})
+	return out
+}
