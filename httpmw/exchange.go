@@ -26,8 +26,8 @@ type exchange struct {
 	mayRetry bool
 	attempts int
 	last     *http.Response
-	held     *chain.Held   // last's attempt context, if the chain made one
-	deferred deferred.Set  // the permits of the successful attempt (CountBodyErrors)
+	held     *chain.Held    // last's attempt context, if the chain made one
+	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
 	answer   *http.Response // a fallback's, from Respond
 
 	body    io.ReadCloser // the returned response's body
