@@ -232,3 +232,26 @@ func TestLatencyConsistent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDoAdaptive: a successful call under an adaptive timeout, and one
+// its timeout cut (the call sees its context already ended).
+func BenchmarkDoAdaptive(b *testing.B) {
+	p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	b.Run("success", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = p.Do(ctx, func(context.Context) error { return nil })
+		}
+	})
+	b.Run("observe-timeout", func(b *testing.B) {
+		b.ReportAllocs()
+		start := time.Now()
+		for b.Loop() {
+			p.Observe(start, context.DeadlineExceeded, true)
+		}
+	})
+}
