@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -299,5 +300,99 @@ func TestAfterNil(t *testing.T) {
 	}
 	if err := retry.After(nil, -1); err != nil {
 		t.Errorf("After(nil, -1) = %v, want nil", err)
+	}
+}
+
+// TestHugeWaits is issue #15: a wait near the largest Duration, jittered by
+// backoff/v4 in float64, wrapped around to a negative one and the retry
+// fired at once. Under a 1 s deadline a wait longer than the deadline ends
+// the retries at once (ReasonDeadline) and never makes a second attempt
+// early; without a deadline, canceling the context ends the wait. Each case
+// runs 200 times with the default jitter: the wrap hit about half the runs
+// of Constant(MaxInt64). Exponential(1s, MaxInt64) starts at 1 s ± 20 %, so
+// it may retry once within the deadline, but never before its shortest
+// wait.
+func TestHugeWaits(t *testing.T) {
+	const runs = 200
+	for _, tc := range []struct {
+		name  string
+		opt   retry.Option
+		first time.Duration // the schedule's first wait, before jitter
+	}{
+		{"Constant(MaxInt64)", retry.Constant(math.MaxInt64), math.MaxInt64},
+		{"Constant(8e18)", retry.Constant(8e18), 8e18},
+		{"Exponential(1s,MaxInt64)", retry.Exponential(time.Second, math.MaxInt64), time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var waits []time.Duration
+			p := mustNew(t, tc.opt, retry.OnRetry(func(_ int, _ error, wait time.Duration) { waits = append(waits, wait) }))
+			shortest := time.Duration(float64(tc.first) * (1 - retry.DefaultJitter))
+			synctest.Test(t, func(t *testing.T) {
+				retried, bad, first := 0, 0, ""
+				fail := func(format string, args ...any) {
+					if bad++; bad == 1 {
+						first = fmt.Sprintf(format, args...)
+					}
+				}
+				for run := range runs {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+					start := time.Now()
+					var at []time.Duration
+					waits = waits[:0]
+					err := p.Do(ctx, failing(10, &at, start, errDown))
+					took := time.Since(start)
+					cancel()
+					var ex *retry.ExhaustedError
+					switch {
+					case !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || !errors.Is(err, errDown):
+						fail("run %d: got %v, want an ExhaustedError with ReasonDeadline", run, err)
+					case shortest >= time.Second && len(at) != 1:
+						fail("run %d: got %d attempts at %v (waits %v), want 1: the wait is past the deadline", run, len(at), at, waits)
+					case slices.ContainsFunc(waits, func(w time.Duration) bool { return w < shortest }) || len(at) > 1 && at[1] < shortest:
+						fail("run %d: got waits %v and attempts at %v, want no wait below %v", run, waits, at, shortest)
+					case took != at[len(at)-1]:
+						fail("run %d: returned %v after the last attempt, want at once", run, took-at[len(at)-1])
+					}
+					if len(at) > 1 {
+						retried++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%d of %d runs went wrong; the first: %s", bad, runs, first)
+				}
+				t.Logf("%d of %d runs retried once within the deadline", retried, runs)
+			})
+		})
+	}
+	// No deadline: only canceling the context ends the wait.
+	for _, tc := range []struct {
+		name string
+		d    time.Duration
+	}{{"MaxInt64", math.MaxInt64}, {"8e18", 8e18}} {
+		t.Run(fmt.Sprintf("Constant(%s)/canceled", tc.name), func(t *testing.T) {
+			p := mustNew(t, retry.Constant(tc.d))
+			synctest.Test(t, func(t *testing.T) {
+				bad, first := 0, ""
+				for run := range runs {
+					ctx, cancel := context.WithCancel(context.Background())
+					start := time.Now()
+					stop := time.AfterFunc(time.Second, cancel)
+					var at []time.Duration
+					err := p.Do(ctx, failing(10, &at, start, errDown))
+					took := time.Since(start)
+					stop.Stop()
+					cancel()
+					var ex *retry.ExhaustedError
+					if !errors.As(err, &ex) || ex.Reason != retry.ReasonCanceled || !errors.Is(err, context.Canceled) || len(at) != 1 || took != time.Second {
+						if bad++; bad == 1 {
+							first = fmt.Sprintf("run %d: got %v after %d attempts at %v, returned at %v; want ReasonCanceled after 1 attempt, at the cancellation (1s)", run, err, len(at), at, took)
+						}
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%d of %d runs went wrong; the first: %s", bad, runs, first)
+				}
+			})
+		})
 	}
 }

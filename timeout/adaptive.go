@@ -13,17 +13,25 @@ type AdaptiveOptions struct {
 	Quantile   float64       // the latency quantile followed (default 0.999)
 	Multiplier float64       // timeout = quantile × Multiplier (default 1.5)
 	Min, Max   time.Duration // bounds of the timeout (default: New's timeout / 10, and × 10)
-	Window     time.Duration // the sliding window of observations (default 60 s)
-	MinSamples int           // observations needed before adapting (default 100)
+	Window     time.Duration // the sliding window of answers (default 60 s)
+	MinSamples int           // answers needed before adapting (default 100)
 }
 
 // Adaptive makes the timeout follow the observed latency: the Quantile of
-// successful calls over the last Window, times Multiplier, within [Min,
-// Max]. Calls that time out count as taking the timeout, so a timeout that
-// is too short grows. Until MinSamples calls are seen, New's timeout
-// applies. Recording a call is O(1) (a histogram with 12.5 % wide buckets,
-// one atomic add); memory is fixed (about 24 KiB); the value is recomputed
-// every 64 calls and when the window moves.
+// the calls that answered successfully over the last Window, times
+// Multiplier, within [Min, Max]. Only answers count, in the histogram and
+// toward MinSamples: a call that this timeout cut tells only that it took
+// at least the timeout, and counted at the timeout it let hangs push the
+// timeout up to Max, past the callers' deadlines, where a breaker no longer
+// sees them as failures. So the timeout stays where it is while a
+// downstream hangs. One that is too short still grows, as the answers pile
+// up just under it: each recompute raises it by up to Multiplier (and one
+// histogram bucket). Slow calls that all take far longer than the timeout,
+// with no answers just under it, look like hangs and do not make it grow:
+// start it above the tail. Until MinSamples answers are seen, New's
+// timeout applies. Recording a call is O(1) (a histogram with 12.5 % wide
+// buckets, one atomic add); memory is fixed (about 24 KiB); the value is
+// recomputed every 64 answers and when the window moves.
 func Adaptive(o AdaptiveOptions) Option {
 	return optionFunc(func(c *config) { c.ad = &o })
 }

@@ -14,7 +14,10 @@
 //
 // Tie a timeout to the downstream's tail latency: declare it with [Latency]
 // so that a chain's lint can check the timeout against it, or let
-// [Adaptive] follow the observed p99.9 of successful calls.
+// [Adaptive] follow the observed p99.9 of successful calls. Calls the
+// adaptive timeout cut do not feed it: a downstream that hangs leaves it
+// where it was, below the callers' deadlines, so a breaker outside still
+// counts each hang as a failure.
 //
 // In a chain the canonical order is overall timeout → retry → breaker →
 // per-attempt timeout → call: the attempt timeout inside the breaker turns a

@@ -209,10 +209,11 @@ func (p *Policy) observe(start time.Time, err error, fired bool) {
 	if p.adaptive == nil {
 		return
 	}
-	switch {
-	case fired:
-		p.adaptive.record(p.adaptive.current()) // censored: at least the timeout
-	case err == nil:
+	// Only an answer tells a latency. A call our timeout cut took at least
+	// the timeout, but recorded at the timeout it would let every hang
+	// raise the estimate that decides the next timeout (issue #21): it is
+	// left out, as are failures and calls the caller's deadline ended.
+	if err == nil && !fired {
 		p.adaptive.record(time.Since(start))
 	}
 }
