@@ -29,6 +29,7 @@ const (
 // GRPCAnswer says how the gRPC server answers one call.
 type GRPCAnswer struct {
 	Code       codes.Code    // OK: succeed
+	Message    string        // the status message of a failure ("testserver: <code>" if empty)
 	Delay      time.Duration // before answering (a stream: before each message)
 	Hang       bool          // until the client gives up
 	PushbackMs string        // a grpc-retry-pushback-ms trailer
@@ -36,6 +37,13 @@ type GRPCAnswer struct {
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
 	FailAtEnd  bool          // an upload: read every message, then fail with Code
+}
+
+func (a GRPCAnswer) message() string {
+	if a.Message != "" {
+		return a.Message
+	}
+	return "testserver: " + a.Code.String()
 }
 
 // GRPC is a gRPC server of the health service.
@@ -115,7 +123,7 @@ func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*he
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if a.Code != codes.OK {
-		return nil, status.Error(a.Code, "testserver: "+a.Code.String())
+		return nil, status.Error(a.Code, a.message())
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
