@@ -10,15 +10,20 @@ const (
 	Warning Severity = iota + 1
 	// Error: New fails.
 	Error
+	// Info: a trade-off the chain makes, said in numbers; kept in Findings,
+	// never an error, also in strict mode.
+	Info
 )
 
-// String returns "warning" or "error".
+// String returns "warning", "error" or "info".
 func (s Severity) String() string {
 	switch s {
 	case Warning:
 		return "warning"
 	case Error:
 		return "error"
+	case Info:
+		return "info"
 	default:
 		return fmt.Sprintf("Severity(%d)", int(s))
 	}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -31,7 +33,9 @@ func Rules() []Rule {
 		{"CG009", "breaker with no attempt timeout inside it: a hung call holds a half-open probe slot"},
 		{"CG010", "failure-rate window shorter than 2 × the attempt timeout inside it"},
 		{"CG011", "too many half-open probes: each failed round loads a downstream that is still down"},
-		{"CG012", "open timeout shorter than the downstream's recovery time: open/half-open jitter"},
+		{"CG012", "open timeout shorter than the downstream's recovery time: open/half-open (or open/closed) jitter"},
+		{"CG013", "info: a retry budget sends fewer failing attempts to the breaker inside, which trips later"},
+		{"CG014", "adaptive attempt timeout that can grow past an outer timeout: attempts end on the outer deadline"},
 	}
 }
 
@@ -43,6 +47,10 @@ type linter struct {
 
 func (l *linter) warn(code, format string, args ...any) {
 	l.out = append(l.out, Finding{Code: code, Severity: Warning, Message: fmt.Sprintf(format, args...)})
+}
+
+func (l *linter) info(code, format string, args ...any) {
+	l.out = append(l.out, Finding{Code: code, Severity: Info, Message: fmt.Sprintf(format, args...)})
 }
 
 func lint(steps []step, o Options) []Finding {
@@ -100,22 +108,18 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		a := o.r.Attempts()
 		if j < i && o.r.RetriesWhenOpen() {
 			sum, parts := sumWaits(o.r.Waits())
-			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (docs/conflicts.md, case 3). Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
-				o.r, name, sum, parts)
+			inFlight := ""
+			if known {
+				inFlight = fmt.Sprintf("; and a request in flight when it opens waits out the open stay (%v) to retry into half-open", s.OpenTimeout)
+			}
+			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (docs/conflicts.md, case 3)%s. Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
+				o.r, name, sum, parts, inFlight)
 		}
 		if j > i && a > 1 {
-			var consequence string
-			switch {
-			case !known:
-				consequence = fmt.Sprintf("it needs %d× the downstream calls to trip", a)
-			case s.ConsecutiveFailures > 0:
-				n := s.ConsecutiveFailures
-				consequence = fmt.Sprintf("with %d consecutive failures to trip it opens after %d downstream calls instead of %d", n, n*a, n)
-			default:
-				consequence = fmt.Sprintf("its rates need %d downstream calls instead of %d (MinCalls) before they can trip", s.MinCalls*a, s.MinCalls)
-			}
-			l.warn("CG002", "%v is inside %s: the breaker sees one outcome per request, 1 failure per %d downstream calls; %s, and a downstream that is down gets %d× the load before the breaker reacts (docs/conflicts.md, case 1: 15 calls instead of 5). Fix: put the retry outside the breaker: chain.New(retry, breaker, …).",
-				o.r, name, a, consequence, a)
+			l.retryInside(o.r, name, s, known)
+		}
+		if j < i && a > 1 && known {
+			l.budgetOutside(o.r, name, s)
 		}
 	}
 
@@ -135,7 +139,21 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		}
 	}
 
-	if !known || s.SkipHalfOpen {
+	if !known {
+		return
+	}
+	// CG012: breaker jitter.
+	if r := l.o.DownstreamRecovery; r > 0 && s.OpenTimeout < r && s.MaxOpenTimeout < r {
+		rounds := staysUntil(r, s.OpenTimeout, s.MaxOpenTimeout)
+		if s.SkipHalfOpen {
+			l.warn("CG012", "%s stays open %v but the downstream takes %v to recover: it will go open → closed → open about %d times per outage, each close (SkipHalfOpen: no probes) letting traffic through to a downstream still recovering until a trip rule fires again (breaker jitter). Fix: OpenTimeout ≥ %v, or MaxOpenTimeout ≥ %v so the stay grows.",
+				name, s.OpenTimeout, r, rounds-1, r, r)
+		} else {
+			l.warn("CG012", "%s stays open %v but the downstream takes %v to recover: it will go open → half-open → open about %d times per outage, each round sending up to %d probes to a downstream still recovering (%s; breaker jitter). Fix: OpenTimeout ≥ %v, or MaxOpenTimeout ≥ %v so the stay grows.",
+				name, s.OpenTimeout, r, rounds-1, s.HalfOpenProbes, probesPerRound(s), r, r)
+		}
+	}
+	if s.SkipHalfOpen {
 		return
 	}
 	// CG007: the chance that a half-open round passes on a flaky downstream.
@@ -146,14 +164,126 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 	}
 	// CG011: probes sent to a downstream still down.
 	if n > 5 {
-		l.warn("CG011", "%s admits %d half-open probes: each failed round sends %d calls to a downstream that is still down (docs/breaker.md: 2 / 6 / 18 failed probes for 1 / 3 / 10). Fix: 1 to 5 probes; to close reliably on a flaky downstream use HalfOpenSuccesses < HalfOpenProbes rather than more probes.",
-			name, n, n)
+		l.warn("CG011", "%s admits %d half-open probes: each failed round sends up to %d calls to a downstream that is still down (%s; docs/breaker.md: 2 / 6 / 18 failed probes for 1 / 3 / 10). Fix: 1 to 5 probes; to close reliably on a flaky downstream use HalfOpenSuccesses < HalfOpenProbes rather than more probes.",
+			name, n, n, probesPerRound(s))
 	}
-	// CG012: breaker jitter.
-	if r := l.o.DownstreamRecovery; r > 0 && s.OpenTimeout < r && s.MaxOpenTimeout < r {
-		rounds := staysUntil(r, s.OpenTimeout, s.MaxOpenTimeout)
-		l.warn("CG012", "%s stays open %v but the downstream takes %v to recover: it will go open → half-open → open about %d times per outage, each round sending %d probes to a downstream still recovering (breaker jitter). Fix: OpenTimeout ≥ %v, or MaxOpenTimeout ≥ %v so the stay grows.",
-			name, s.OpenTimeout, r, rounds-1, n, r, r)
+}
+
+// probesPerRound says how many probes a failed half-open round sends.
+func probesPerRound(s breaker.Settings) string {
+	n, k := s.HalfOpenProbes, s.HalfOpenSuccesses
+	return fmt.Sprintf("%d when that many callers arrive together; a lone caller's probes come one at a time, and the round fails after %d", n, n-k+1)
+}
+
+// retryInside is CG002: retry r inside the breaker described by name and s.
+func (l *linter) retryInside(r *retry.Policy, name string, s breaker.Settings, known bool) {
+	a := r.Attempts()
+	n := 0 // failed requests to trip
+	switch {
+	case !known:
+	case s.ConsecutiveFailures > 0:
+		n = s.ConsecutiveFailures
+	default:
+		n = s.MinCalls
+	}
+	ratio, _, burst, budget := bridge.RetryBudget(r)
+	var consequence, load string
+	switch {
+	case n == 0:
+		consequence = fmt.Sprintf("it needs %d× the downstream calls to trip", a)
+	case s.ConsecutiveFailures > 0:
+		consequence = fmt.Sprintf("with %d consecutive failures to trip it opens after %s%d downstream calls instead of %d", n, upTo(budget), n+retriesFor(n, a, ratio, burst, budget), n)
+	default:
+		consequence = fmt.Sprintf("its rates need %s%d downstream calls instead of %d (MinCalls) before they can trip", upTo(budget), n+retriesFor(n, a, ratio, burst, budget), n)
+	}
+	if budget {
+		load = fmt.Sprintf("until its retry budget's starting %g tokens are spent; then the budget caps retries at %g%% of calls, so a downstream that is down gets ≈ %.2f× the load, not %d×", burst, 100*ratio, 1+ratio, a)
+	} else {
+		load = fmt.Sprintf("and a downstream that is down gets %d× the load before the breaker reacts (docs/conflicts.md, case 1: 15 calls instead of 5)", a)
+	}
+	l.warn("CG002", "%v is inside %s: the breaker sees one outcome per request, 1 failure per %d downstream calls; %s, %s. Fix: put the retry outside the breaker: chain.New(retry, breaker, …).",
+		r, name, a, consequence, load)
+}
+
+func upTo(budget bool) string {
+	if budget {
+		return "up to "
+	}
+	return ""
+}
+
+// retriesFor is the retries n failing requests of a attempts make, back to
+// back, from a fresh budget (all of them without one).
+func retriesFor(n, a int, ratio, burst float64, budget bool) int {
+	if !budget {
+		return n * (a - 1)
+	}
+	tokens, capacity, made := burst, max(1, burst), 0
+	for range n {
+		tokens = min(tokens+ratio, capacity) // the request's deposit
+		for range a - 1 {
+			if tokens < 1 {
+				break
+			}
+			tokens--
+			made++
+		}
+	}
+	return made
+}
+
+// budgetOutside is CG013: retry r, outside the breaker, draws from a
+// budget, so fewer failing attempts reach the breaker.
+func (l *linter) budgetOutside(r *retry.Policy, name string, s breaker.Settings) {
+	ratio, perSecond, burst, ok := bridge.RetryBudget(r)
+	a := r.Attempts()
+	if !ok {
+		return
+	}
+	n := s.ConsecutiveFailures
+	rule := fmt.Sprintf("its %d consecutive failures", n)
+	if n == 0 {
+		n = s.MinCalls
+		rule = fmt.Sprintf("the %d calls its rate needs (MinCalls)", n)
+	}
+	// A spent budget holds less than a token: from none to almost one.
+	most, least, without := requestsFor(n, a, ratio, burst, 0, true), requestsFor(n, a, ratio, burst, 1-1e-9, true), requestsFor(n, a, 0, 0, 0, false)
+	if least <= without {
+		return
+	}
+	with := fmt.Sprint(most)
+	if least != most {
+		with = fmt.Sprintf("%d to %d", least, most)
+	}
+	refill := ""
+	if perSecond > 0 {
+		refill = fmt.Sprintf(", not counting its %g retries a second", perSecond)
+	}
+	l.info("CG013", "%v draws its retries from a budget (%g%% of calls, %g tokens to start): once the starting tokens are spent, a downstream that is down sends %s %.2f failing calls per request instead of %d, so the breaker reaches %s after %s failing requests instead of %d%s. The budget is what keeps retries from piling onto an overloaded downstream; this is its cost. Fix, if detection matters more: a larger ratio, or a trip rule that needs fewer calls.",
+		r, 100*ratio, burst, name, 1+ratio, a, rule, with, without, refill)
+}
+
+// requestsFor counts the failing requests of a attempts it takes for n
+// failing attempts to reach a breaker inside the retry: every attempt
+// without a budget; with one that holds tokens (its starting ones spent),
+// the first attempt and the retries its ratio refills.
+func requestsFor(n, a int, ratio, burst, tokens float64, budget bool) int {
+	capacity, calls := max(1, burst), 0
+	for req := 1; ; req++ {
+		calls++
+		tokens = min(tokens+ratio, capacity)
+		for k := 1; k < a && calls < n; k++ {
+			if budget {
+				if tokens < 1 {
+					break
+				}
+				tokens--
+			}
+			calls++
+		}
+		if calls >= n {
+			return req
+		}
 	}
 }
 
@@ -202,24 +332,95 @@ func (l *linter) timeout(i int) {
 	}
 	// CG005: an overall timeout around a retry.
 	for j := i + 1; j < len(l.steps); j++ {
-		if l.steps[j].kind != kindRetry {
+		if l.steps[j].kind == kindRetry {
+			l.overallAround(t, d, l.steps[j].r, j)
+			break
+		}
+	}
+	// CG014: an adaptive timeout that can grow past an outer one.
+	if t.IsAdaptive() {
+		for k := i - 1; k >= 0; k-- {
+			o := l.steps[k]
+			if o.kind != kindTimeout || o.t.IsAdaptive() || o.t.Timeout() > d {
+				continue
+			}
+			l.warn("CG014", "%v can grow up to %v (AdaptiveOptions.Max), not below the %v of the %v around it: once it has grown that far, the outer deadline ends every attempt, after the whole %v, and a retry between them gets no further attempt. Fix: AdaptiveOptions.Max below %v.",
+				t, d, o.t.Timeout(), o.t, o.t.Timeout(), o.t.Timeout())
+			break
+		}
+	}
+}
+
+// overallAround is CG005: the timeout t (of d) around retry r, step j. It
+// plays the retry's attempts and nominal waits against t's deadline as the
+// retry does (it makes no wait that would end at or past the deadline):
+// once with attempts that fail at once, and once with attempts that each
+// run to the attempt timeout inside the retry, if there is one. It warns
+// when an attempt would never be made, or would be cut below what a
+// healthy answer may take (the attempt timeout's patience: its declared
+// tail latency, its adaptive estimate, or half of it).
+func (l *linter) overallAround(t *timeout.Policy, d time.Duration, r *retry.Policy, j int) {
+	waits := r.Waits()
+	total, _ := sumWaits(waits)
+	// Failing at once: the waits alone.
+	var at time.Duration
+	for k, w := range waits {
+		if addSat(at, w) >= d {
+			l.warn("CG005", "%v wraps %v: even when every attempt fails at once, attempt %d is never made: the waits before it (%v) would end at or past the %v deadline. Fix: an overall timeout above %v, or fewer attempts or shorter waits.",
+				t, r, k+2, addSat(at, w), d, total)
+			return
+		}
+		at = addSat(at, w)
+	}
+	inner, ok := l.innerTimeoutPolicy(j)
+	if !ok {
+		return
+	}
+	per := inner.Timeout()
+	if inner.IsAdaptive() {
+		_, per = inner.AdaptiveBounds()
+	}
+	patience := bridge.TimeoutPatience(inner)
+	need := addSat(mulSat(r.Attempts(), per), total)
+	var now time.Duration
+	for k := 1; k <= r.Attempts(); k++ {
+		if k > 1 {
+			w := waits[k-2]
+			if addSat(now, w) >= d {
+				l.warn("CG005", "%v wraps %v: when every attempt times out (%d × %v, and %v of waits), attempt %d is never made: its wait would end at %v, at or past the %v deadline. Fix: an overall timeout of at least %v, or fewer attempts or shorter waits.",
+					t, r, r.Attempts(), per, total, k, addSat(now, w), d, need)
+				return
+			}
+			now = addSat(now, w)
+		}
+		got := min(per, d-now)
+		if got < patience {
+			l.warn("CG005", "%v wraps %v: when every attempt times out (%d × %v, and %v of waits), attempt %d starts at %v and gets only %v of its %v, less than the %v a healthy answer may take. Fix: an overall timeout of at least %v, or fewer attempts or shorter waits.",
+				t, r, r.Attempts(), per, total, k, now, got, per, patience, need)
+			return
+		}
+		now = addSat(now, got)
+	}
+}
+
+// innerTimeoutPolicy returns the timeout among steps after i that an
+// attempt gets (the soonest, by an adaptive timeout's maximum).
+func (l *linter) innerTimeoutPolicy(i int) (*timeout.Policy, bool) {
+	var best *timeout.Policy
+	var d time.Duration
+	for _, s := range l.steps[i+1:] {
+		if s.kind != kindTimeout {
 			continue
 		}
-		r := l.steps[j].r
-		waits, _ := sumWaits(r.Waits())
-		at, ok := l.innerTimeout(j)
-		need := waits
-		how := fmt.Sprintf("%v of waits", waits)
-		if ok {
-			need = addSat(need, mulSat(r.Attempts(), at))
-			how = fmt.Sprintf("%d attempts × %v + %v of waits", r.Attempts(), at, waits)
+		t := s.t.Timeout()
+		if s.t.IsAdaptive() {
+			_, t = s.t.AdaptiveBounds()
 		}
-		if d < need {
-			l.warn("CG005", "%v wraps %v, whose attempts can take %s = %v: the last attempts are cut short or never made. Fix: an overall timeout of at least %v, or fewer attempts or shorter waits.",
-				t, r, how, need, need)
+		if best == nil || t < d {
+			best, d = s.t, t
 		}
-		break
 	}
+	return best, best != nil
 }
 
 func percent(f float64) string {
@@ -239,14 +440,26 @@ func (l *linter) fallback(i int) {
 	for j := 0; j < i; j++ {
 		o := l.steps[j]
 		switch {
-		case o.kind == kindBreaker:
+		case o.kind == kindBreaker && !f.OnlyOpen():
 			l.warn("CG008", "%v is inside %s: the failures it answers look like successes to the breaker, which then never opens and never protects the downstream. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
+		case o.kind == kindBreaker && !l.breakerAfter(i):
+			l.warn("CG008", "%v is inside %s, and no breaker is inside it: nothing it wraps returns breaker.ErrOpen, so it never answers, and the breaker's ErrOpen reaches the caller. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
 		case o.kind == kindRetry && !f.OnlyOpen():
 			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.r)
 		case o.kind == kindTimeout && !f.OnlyOpen():
 			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
 		}
 	}
+}
+
+// breakerAfter reports a breaker among the steps after i.
+func (l *linter) breakerAfter(i int) bool {
+	for _, s := range l.steps[i+1:] {
+		if s.kind == kindBreaker {
+			return true
+		}
+	}
+	return false
 }
 
 // addSat and mulSat are + and × on durations that stop at the largest one

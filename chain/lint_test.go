@@ -102,7 +102,22 @@ func TestRules(t *testing.T) {
 			code:    "CG005",
 			bad:     []chain.Policy{to(2 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
 			good:    []chain.Policy{to(4 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
-			numbers: []string{"3 attempts × 1s + 300ms of waits = 3.3s"},
+			numbers: []string{"3 × 1s, and 300ms of waits", "attempt 3 is never made", "end at 2.2s", "at least 3.3s"},
+		},
+		{
+			// The chain the protection benchmark took from the docs: the last
+			// attempt gets 250ms of its 300ms, above the 150ms a healthy
+			// answer takes: no finding. With 150ms less, it would get 100ms.
+			code:    "CG005",
+			bad:     []chain.Policy{to(850 * time.Millisecond), rt(retry.MaxAttempts(3), retry.Exponential(50*time.Millisecond, time.Second)), br(fiveConsecutive), to(300 * time.Millisecond)},
+			good:    []chain.Policy{to(time.Second), rt(retry.MaxAttempts(3), retry.Exponential(50*time.Millisecond, time.Second)), br(fiveConsecutive), to(300 * time.Millisecond)},
+			numbers: []string{"attempt 3 starts at 750ms and gets only 100ms of its 300ms", "less than the 150ms", "at least 1.05s"},
+		},
+		{
+			code:    "CG005",
+			bad:     []chain.Policy{to(250 * time.Millisecond), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive)},
+			good:    []chain.Policy{to(350 * time.Millisecond), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive)},
+			numbers: []string{"even when every attempt fails at once, attempt 3 is never made", "(300ms)"},
 		},
 		{
 			code:    "CG006",
@@ -144,14 +159,33 @@ func TestRules(t *testing.T) {
 			code:    "CG011",
 			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 8, HalfOpenSuccesses: 4}), to(time.Second)},
 			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 3}), to(time.Second)},
-			numbers: []string{"8 half-open probes", "sends 8 calls"},
+			numbers: []string{"8 half-open probes", "sends up to 8 calls", "the round fails after 5"},
 		},
 		{
 			code:    "CG012",
 			opts:    chain.Options{DownstreamRecovery: 30 * time.Second},
 			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second}), to(time.Second)},
 			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, MaxOpenTimeout: time.Minute}), to(time.Second)},
-			numbers: []string{"stays open 5s", "30s to recover", "about 5 times"},
+			numbers: []string{"stays open 5s", "30s to recover", "about 5 times", "up to 3 probes"},
+		},
+		{
+			code:    "CG012",
+			opts:    chain.Options{DownstreamRecovery: 30 * time.Second},
+			bad:     []chain.Policy{br(breaker.Settings{WindowCalls: 50, FailureRate: 0.1, SkipHalfOpen: true, OpenTimeout: time.Second}), to(time.Second)},
+			good:    []chain.Policy{br(breaker.Settings{WindowCalls: 50, FailureRate: 0.1, SkipHalfOpen: true, OpenTimeout: time.Second, MaxOpenTimeout: 30 * time.Second}), to(time.Second)},
+			numbers: []string{"stays open 1s", "open → closed → open about 29 times"},
+		},
+		{
+			code:    "CG002",
+			bad:     []chain.Policy{br(fiveConsecutive), rt(retry.MaxAttempts(3), retry.WithBudget(must(retry.NewBudget(0.1, 0)))), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), retry.WithBudget(must(retry.NewBudget(0.1, 0)))), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"after up to 15 downstream calls instead of 5", "starting 10 tokens", "at 10% of calls", "≈ 1.10× the load, not 3×"},
+		},
+		{
+			code:    "CG014",
+			bad:     []chain.Policy{to(time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{}))},
+			good:    []chain.Policy{to(time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{Max: 400 * time.Millisecond}))},
+			numbers: []string{"grow up to 3s", "not below the 1s", "after the whole 1s", "Max below 1s"},
 		},
 	} {
 		t.Run(tc.code, func(t *testing.T) {
@@ -195,8 +229,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 12 {
-		t.Errorf("%d rules documented, want 12", got)
+	if got := len(chain.Rules()); got != 14 {
+		t.Errorf("%d rules documented, want 14", got)
 	}
 }
 

@@ -32,6 +32,14 @@ var (
 	BreakerMarked func(err error) bool
 )
 
+// Set by package retry.
+var (
+	// RetryBudget returns the budget of p, a *retry.Policy: its ratio of
+	// retries per call, its retries per second and its starting tokens
+	// (ok false without a budget).
+	RetryBudget func(p any) (ratio, perSecond, burst float64, ok bool)
+)
+
 // Set by package timeout.
 var (
 	// TimeoutPatience returns, for t a *timeout.Policy, how long a healthy
