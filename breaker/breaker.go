@@ -16,7 +16,7 @@ type State int
 const (
 	// StateClosed lets every call through and counts outcomes.
 	StateClosed State = iota
-	// StateOpen rejects every call with [ErrOpen].
+	// StateOpen rejects every call with an [*OpenError] matching [ErrOpen].
 	StateOpen
 	// StateHalfOpen admits a few probe calls to test the downstream.
 	StateHalfOpen
@@ -67,9 +67,13 @@ type Breaker struct {
 
 	adapted bool // made by FromGobreaker
 
-	// gbUntil is, on the gobreaker engine, the first instant after the
-	// current open stay (nil when not open).
-	gbUntil atomic.Pointer[time.Time]
+	// gbOpen is, on the gobreaker engine, the error of the rejections of
+	// the last open stay, whose Until is the first instant after it (nil
+	// before the first trip); gbProbes is the error of the rejections for
+	// the probe quota. For a breaker made by FromGobreaker both are set
+	// once, with a zero Until.
+	gbOpen   atomic.Pointer[OpenError]
+	gbProbes *OpenError
 
 	// successes is written by every successful call: it is spread over
 	// cache lines of its own so that concurrent calls do not fight over it.
@@ -93,6 +97,7 @@ func New(s Settings) (*Breaker, error) {
 	b.note.active.Store(s.OnStateChange != nil)
 	if s.Engine == EngineGobreaker {
 		b.gb = newGobreakerEngine(b)
+		b.gbProbes = &OpenError{Name: s.Name, Probes: true}
 	} else {
 		b.m = newMachine(b)
 	}
@@ -151,8 +156,8 @@ type Permit struct {
 // Allow asks the breaker to admit one call: the two-step form of
 // [Breaker.Do] for interceptors and streams. On success, run the call and
 // pass its error to [Permit.Done]; ctx is the caller's context, used to tell
-// the caller's own cancellation from a failure. On rejection the error matches
-// [ErrOpen].
+// the caller's own cancellation from a failure. On rejection the error is an
+// [*OpenError] naming the breaker, matching [ErrOpen].
 func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 	if b.m != nil {
 		g, start, err := b.m.allow()
@@ -188,10 +193,13 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 	if err != nil {
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
-			return nil, ErrTooManyProbes
+			return nil, b.gbProbes
 		}
 		b.rejectedOpen.Add(1)
-		return nil, ErrOpen
+		if e := b.gbOpen.Load(); e != nil {
+			return nil, e
+		}
+		return nil, &OpenError{Name: b.gb.Name()} // not reached: gobreaker opened first
 	}
 	return done, nil
 }
@@ -230,9 +238,9 @@ func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, 
 }
 
 // Do runs call if the breaker admits it and records its outcome. A rejected
-// call is not run and Do returns an error matching [ErrOpen]; otherwise Do
-// returns call's error unchanged. A call that panics is recorded as a failure
-// and the panic goes on.
+// call is not run and Do returns an [*OpenError], matching [ErrOpen];
+// otherwise Do returns call's error unchanged. A call that panics is
+// recorded as a failure and the panic goes on.
 func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
 	var (
 		g     *gen

@@ -14,10 +14,12 @@
 // # States
 //
 // Closed lets every call through and counts outcomes; when a trip rule fires
-// the breaker opens. Open rejects every call with [ErrOpen] for
-// [Settings.OpenTimeout]. The first call after that finds the breaker
-// half-open: it admits [Settings.HalfOpenProbes] probe calls and rejects the
-// rest with [ErrTooManyProbes] (which also matches ErrOpen). It closes after
+// the breaker opens. Open rejects every call for [Settings.OpenTimeout]
+// with an [*OpenError] that names the breaker and says when it admits calls
+// again; errors.Is(err, [ErrOpen]) holds for every rejection. The first
+// call after that finds the breaker half-open: it admits
+// [Settings.HalfOpenProbes] probe calls and rejects the rest (the error
+// also matches [ErrTooManyProbes]). It closes after
 // [Settings.HalfOpenSuccesses] successful probes and re-opens as soon as a
 // failure makes that number unreachable. Nothing runs in the background: a
 // state whose time is up changes on the next call or [Breaker.State].

@@ -61,10 +61,11 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 			run.Store(0)
 			if to == gobreaker.StateOpen {
 				b.opens.Add(1)
-				until := time.Now().Add(s.OpenTimeout + 1) // gobreaker leaves open strictly after the stay
-				b.gbUntil.Store(&until)
-			} else {
-				b.gbUntil.Store(nil)
+				// gobreaker leaves open strictly after the stay. The error
+				// stays set after the stay: a rejection that raced with
+				// the end of the stay still finds it, its Until past.
+				until := time.Now().Add(s.OpenTimeout).Add(1)
+				b.gbOpen.Store(&OpenError{Name: s.Name, Until: until})
 			}
 			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
 		},
@@ -114,12 +115,17 @@ func fromGobreakerState(s gobreaker.State) State {
 // FromGobreaker wraps an existing gobreaker two-step breaker so that it can
 // sit in a chain. The wrapped breaker keeps its own settings: its
 // IsSuccessful and IsExcluded see the call's error as is, and its
-// OnStateChange is its own. Rejections are mapped to [ErrOpen] and
-// [ErrTooManyProbes]. The returned Breaker's Settings are unknown to
-// callguard, so a chain's lint treats it as opaque. A nil cb is an error.
+// OnStateChange is its own. Rejections are [*OpenError] values named
+// after the wrapped breaker's Name, with a zero Until, matching [ErrOpen]
+// (and [ErrTooManyProbes] for the probe quota). The returned Breaker's
+// Settings are unknown to callguard, so a chain's lint treats it as
+// opaque. A nil cb is an error.
 func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 	if cb == nil {
 		return nil, errors.New("breaker: FromGobreaker(nil): needs a gobreaker breaker")
 	}
-	return &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}, nil
+	b := &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}
+	b.gbOpen.Store(&OpenError{Name: cb.Name()})
+	b.gbProbes = &OpenError{Name: cb.Name(), Probes: true}
+	return b, nil
 }

@@ -25,8 +25,8 @@ func (b *Breaker) openUntil() time.Time {
 			until = g.expiry.Add(1) // it leaves open strictly after the stay
 		}
 	case b.gb != nil && !b.adapted:
-		if t := b.gbUntil.Load(); t != nil {
-			until = *t
+		if e := b.gbOpen.Load(); e != nil {
+			until = e.Until // past once the stay is over
 		}
 	}
 	if !until.IsZero() && !time.Now().Before(until) {

@@ -29,6 +29,11 @@ type gen struct {
 	since  time.Time
 	expiry time.Time // open: leave open strictly after this
 
+	// rej is the error of every rejection in this generation (open, and
+	// half-open with its probe quota used up): one per generation, so that
+	// a rejection allocates nothing.
+	rej *OpenError
+
 	// closed
 	consec atomic.Uint64
 	tw     *timeWindow
@@ -71,7 +76,7 @@ func (m *machine) allow() (*gen, time.Time, error) {
 	case StateOpen:
 		if !g.expiry.Before(time.Now()) {
 			m.b.rejectedOpen.Add(1)
-			return nil, time.Time{}, ErrOpen
+			return nil, time.Time{}, g.rej
 		}
 	}
 	return m.allowLocked()
@@ -85,11 +90,11 @@ func (m *machine) allowLocked() (*gen, time.Time, error) {
 	switch g.state {
 	case StateOpen:
 		m.b.rejectedOpen.Add(1)
-		err = ErrOpen
+		err = g.rej
 	case StateHalfOpen:
 		if g.admitted >= m.s.HalfOpenProbes {
 			m.b.rejectedProbes.Add(1)
-			err = ErrTooManyProbes
+			err = g.rej
 		} else {
 			g.admitted++
 			m.probes.Add(1)
@@ -132,8 +137,11 @@ func (m *machine) set(st State, now time.Time) *gen {
 	switch st {
 	case StateOpen:
 		g.expiry = now.Add(m.openStay())
+		g.rej = &OpenError{Name: m.s.Name, Until: g.expiry.Add(1)} // it leaves open strictly after the stay
 		m.streak++
 		m.b.opens.Add(1)
+	case StateHalfOpen:
+		g.rej = &OpenError{Name: m.s.Name, Probes: true}
 	case StateClosed:
 		m.streak = 0
 	}

@@ -233,15 +233,15 @@ func TestHalfOpenQuota(t *testing.T) {
 		ctx := context.Background()
 		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 2, OpenTimeout: time.Second})
 		_ = b.Do(ctx, fail)
-		if err := b.Do(ctx, ok); err != breaker.ErrOpen {
-			t.Fatalf("got %v, want ErrOpen", err)
+		if err := b.Do(ctx, ok); !errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyProbes) {
+			t.Fatalf("got %v, want ErrOpen, not ErrTooManyProbes", err)
 		}
 		time.Sleep(2 * time.Second)
 		p1, err1 := b.Allow(ctx)
 		cctx, cancel := context.WithCancel(ctx)
 		p2, err2 := b.Allow(cctx)
 		_, err3 := b.Allow(ctx)
-		if err1 != nil || err2 != nil || err3 != breaker.ErrTooManyProbes || !errors.Is(err3, breaker.ErrOpen) {
+		if err1 != nil || err2 != nil || !errors.Is(err3, breaker.ErrTooManyProbes) || !errors.Is(err3, breaker.ErrOpen) {
 			t.Fatalf("got %v, %v, %v; want nil, nil, ErrTooManyProbes matching ErrOpen", err1, err2, err3)
 		}
 		cancel()
