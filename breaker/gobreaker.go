@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,17 @@ func gobreakerExpressible(s Settings) error {
 	case s.FailureRate > 0 && s.Window < windowBuckets:
 		return invalid("Window", s.Window, why)
 	}
+	// gobreaker counts in uint32, and so does the engine's run of
+	// failures: a larger value would be cut to its low 32 bits.
+	const wide = "above 4294967295, more than EngineGobreaker counts (uint32); use EngineNative"
+	switch {
+	case uint64(s.ConsecutiveFailures) > math.MaxUint32:
+		return invalid("ConsecutiveFailures", s.ConsecutiveFailures, wide)
+	case uint64(s.HalfOpenProbes) > math.MaxUint32:
+		return invalid("HalfOpenProbes", s.HalfOpenProbes, wide)
+	case uint64(s.MinCalls) > math.MaxUint32:
+		return invalid("MinCalls", s.MinCalls, wide)
+	}
 	return nil
 }
 
@@ -45,7 +57,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 	var run atomic.Uint32
 	st := gobreaker.Settings{
 		Name:        s.Name,
-		MaxRequests: uint32(s.HalfOpenProbes),
+		MaxRequests: uint32(s.HalfOpenProbes), // checked by gobreakerExpressible
 		Timeout:     s.OpenTimeout,
 		IsSuccessful: func(err error) bool {
 			if err == nil {
@@ -70,8 +82,8 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
 		},
 	}
-	consecutive := uint32(s.ConsecutiveFailures)
-	rate, minCalls := s.FailureRate, uint32(s.MinCalls)
+	consecutive := uint32(s.ConsecutiveFailures) // gobreakerExpressible checked these fit
+	rate, minCalls := s.FailureRate, uint64(s.MinCalls)
 	if rate > 0 {
 		st.Interval = s.Window
 		st.BucketPeriod = s.Window / windowBuckets
@@ -80,8 +92,8 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 		if consecutive > 0 && run.Load() >= consecutive {
 			return true
 		}
-		calls := c.TotalSuccesses + c.TotalFailures
-		return rate > 0 && calls > 0 && calls >= minCalls && reached(uint64(c.TotalFailures), uint64(calls), rate)
+		calls := uint64(c.TotalSuccesses) + uint64(c.TotalFailures) // no wrap-around in the sum
+		return rate > 0 && calls > 0 && calls >= minCalls && reached(uint64(c.TotalFailures), calls, rate)
 	}
 	return gobreaker.NewTwoStepCircuitBreaker[any](st)
 }

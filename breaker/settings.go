@@ -16,7 +16,9 @@ const (
 	// EngineGobreaker runs the breaker on github.com/sony/gobreaker/v2, the
 	// reference implementation. [New] rejects settings gobreaker cannot
 	// express (WindowCalls, SlowCall, SlowCallRate, MaxOpenTimeout,
-	// HalfOpenSuccesses below HalfOpenProbes, SkipHalfOpen).
+	// HalfOpenSuccesses below HalfOpenProbes, SkipHalfOpen), and counts it
+	// cannot hold: ConsecutiveFailures, HalfOpenProbes or MinCalls above
+	// math.MaxUint32.
 	EngineGobreaker
 )
 

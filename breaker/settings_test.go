@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -115,4 +117,79 @@ func TestZeroBreaker(t *testing.T) {
 	if st, c := b.State(), b.Counts(); st != breaker.StateOpen || c.Requests != 0 {
 		t.Errorf("zero Breaker: state %v, counts %+v", st, c)
 	}
+}
+
+// wide returns 1<<32 + d as an int, and skips the test where an int
+// cannot hold it.
+func wide(t *testing.T, d int) int {
+	t.Helper()
+	if strconv.IntSize < 64 {
+		t.Skip("int has 32 bits")
+	}
+	one := uint64(1)
+	return int(one<<32) + d
+}
+
+// TestGobreakerRefusesWideCounts: with EngineGobreaker, New refuses by
+// name every count that gobreaker's (or the engine's own) uint32 counters
+// cannot hold, instead of cutting it to its low 32 bits (1<<32+1 tripped
+// after 1 failure, 1<<32 turned the rule off).
+func TestGobreakerRefusesWideCounts(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		s     breaker.Settings
+	}{
+		{"ConsecutiveFailures", breaker.Settings{ConsecutiveFailures: wide(t, 1)}},
+		{"ConsecutiveFailures", breaker.Settings{ConsecutiveFailures: wide(t, 0)}},
+		{"HalfOpenProbes", breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: wide(t, 1)}},
+		{"MinCalls", breaker.Settings{FailureRate: 0.5, Window: time.Second, MinCalls: wide(t, 0)}},
+	} {
+		tc.s.Engine = breaker.EngineGobreaker
+		b, err := breaker.New(tc.s)
+		var se *breaker.SettingsError
+		if b != nil || !errors.As(err, &se) || se.Field != tc.field {
+			t.Errorf("New(%+v) = %v, %v; want a SettingsError naming %s", tc.s, b, err, tc.field)
+		}
+	}
+	// The largest values that fit are kept.
+	const most = math.MaxUint32
+	for _, s := range []breaker.Settings{
+		{ConsecutiveFailures: most, HalfOpenProbes: most},
+		{FailureRate: 0.5, Window: time.Second, MinCalls: most},
+	} {
+		s.Engine = breaker.EngineGobreaker
+		if _, err := breaker.New(s); err != nil {
+			t.Errorf("New(%+v): got %v, want no error", s, err)
+		}
+	}
+}
+
+// TestNativeKeepsWideCounts: the native engine takes counts above 32 bits
+// as they are: it does not trip, or close, early.
+func TestNativeKeepsWideCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		for _, s := range []breaker.Settings{
+			{ConsecutiveFailures: wide(t, 1)},
+			{ConsecutiveFailures: wide(t, 0)},
+			{FailureRate: 0.5, Window: time.Second, MinCalls: wide(t, 1)},
+		} {
+			b := mustNew(t, s)
+			for range 10 {
+				_ = b.Do(ctx, fail)
+			}
+			if st := b.State(); st != breaker.StateClosed {
+				t.Errorf("%+v: state %v after 10 failures, want closed", s, st)
+			}
+		}
+		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: wide(t, 1)})
+		_ = b.Do(ctx, fail)
+		time.Sleep(2 * time.Second)
+		for range 10 {
+			_ = b.Do(ctx, ok)
+		}
+		if st := b.State(); st != breaker.StateHalfOpen {
+			t.Errorf("HalfOpenProbes 1<<32+1: state %v after 10 successful probes, want half-open", st)
+		}
+	})
 }
