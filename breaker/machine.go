@@ -16,8 +16,16 @@ type machine struct {
 	s   *Settings
 	cur atomic.Pointer[gen]
 
-	mu     sync.Mutex // serializes transitions, failures and half-open accounting
-	streak int        // trips since the last close, for MaxOpenTimeout growth
+	mu sync.Mutex // serializes transitions, failures and half-open accounting
+
+	// For MaxOpenTimeout growth, guarded by mu: streak counts the trips
+	// since the run began; lastStay is the last open stay and closedAt when
+	// the breaker last closed. A close ends the run, except with
+	// SkipHalfOpen: the close at the end of a stay then ends it only once
+	// the breaker has stayed closed for lastStay (see set).
+	streak   int
+	lastStay time.Duration
+	closedAt time.Time
 
 	probes, probeFailures atomic.Uint64
 
@@ -132,26 +140,41 @@ func (m *machine) advance(now time.Time) *gen {
 
 // set moves the breaker to st; the caller holds m.mu.
 func (m *machine) set(st State, now time.Time) *gen {
-	from := m.cur.Load().state
+	prev := m.cur.Load()
+	from := prev.state
 	g := m.newGen(st, now)
 	switch st {
 	case StateOpen:
-		g.expiry = now.Add(m.openStay())
+		if m.s.SkipHalfOpen && now.Sub(m.closedAt) >= m.lastStay {
+			// Closed for as long as the last stay without a trip: the
+			// close that ended it was for good, and the run is over.
+			m.streak = 0
+		}
+		stay := m.openStay()
+		g.expiry = now.Add(stay)
 		g.rej = &OpenError{Name: m.s.Name, Until: g.expiry.Add(1)} // it leaves open strictly after the stay
 		m.streak++
+		m.lastStay = stay
 		m.b.opens.Add(1)
 	case StateHalfOpen:
 		g.rej = &OpenError{Name: m.s.Name, Probes: true}
 	case StateClosed:
-		m.streak = 0
+		m.closedAt = now
+		if from == StateOpen {
+			m.closedAt = prev.expiry // SkipHalfOpen: closed since the stay ended
+		}
+		if !m.s.SkipHalfOpen {
+			m.streak = 0
+		}
 	}
 	m.cur.Store(g)
 	m.b.note.push(from, st)
 	return g
 }
 
-// openStay is OpenTimeout doubled once per trip since the last close, capped
-// at MaxOpenTimeout.
+// openStay is OpenTimeout doubled once per trip in the current run (since
+// the last close; with SkipHalfOpen, since the last close that lasted),
+// capped at MaxOpenTimeout.
 func (m *machine) openStay() time.Duration {
 	d := m.s.OpenTimeout
 	for i := 0; i < m.streak && d < m.s.MaxOpenTimeout; i++ {

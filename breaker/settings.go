@@ -92,7 +92,11 @@ type Settings struct {
 	OpenTimeout time.Duration
 	// MaxOpenTimeout, when above OpenTimeout, makes the stay double on each
 	// trip not followed by a close (30 s, 60 s, 120 s, …), capped at this;
-	// a close resets it. 0: the stay is always OpenTimeout.
+	// a close resets it. With SkipHalfOpen the close at the end of a stay
+	// is provisional: the stay goes back to OpenTimeout only once the
+	// breaker has stayed closed at least as long as the last stay without
+	// tripping, and a trip sooner doubles it again. 0: the stay is always
+	// OpenTimeout.
 	MaxOpenTimeout time.Duration
 	// HalfOpenProbes is the number of calls admitted in half-open
 	// (0: DefaultHalfOpenProbes).
@@ -102,7 +106,11 @@ type Settings struct {
 	// 0: HalfOpenProbes (gobreaker's rule: all probes must succeed).
 	HalfOpenSuccesses int
 	// SkipHalfOpen makes the breaker close at the end of the open stay with
-	// its window cleared, without probing (SEEDS C.4's breaker).
+	// its window cleared, without probing (SEEDS C.4's breaker). With
+	// MaxOpenTimeout, the stay keeps growing while the breaker trips again
+	// within the last stay's length of closing.
+	// SkipHalfOpen cannot be combined with HalfOpenProbes or
+	// HalfOpenSuccesses.
 	SkipHalfOpen bool
 
 	// IsFailure decides whether an error counts as a failure; false counts
