@@ -109,10 +109,17 @@ func New(s Settings) (*Breaker, error) {
 // set to EngineGobreaker: the wrapped breaker's settings are not visible.
 func (b *Breaker) Settings() Settings { return b.s }
 
-// String describes the breaker, e.g. "breaker(5 consecutive, open 1s)".
+// String describes the breaker: its trip rules, its open stay and its
+// probes, e.g. "breaker(5 consecutive, open 10s, 3 probes)",
+// "breaker payments(50% of 10s, open 5s→30s, 2 of 3 probes)" (a stay that
+// grows to MaxOpenTimeout, closing on 2 successes among 3 probes) or
+// "breaker(5 consecutive, open 1s, no half-open)" (SkipHalfOpen).
 func (b *Breaker) String() string {
-	if b.adapted {
+	switch {
+	case b.adapted:
 		return "breaker(gobreaker)"
+	case b.m == nil && b.gb == nil:
+		return "breaker(zero value: make one with breaker.New)"
 	}
 	s := b.s
 	var rules string
@@ -139,7 +146,22 @@ func (b *Breaker) String() string {
 	if s.Name != "" {
 		name += " " + s.Name
 	}
-	return fmt.Sprintf("%s(%s, open %v)", name, rules, s.OpenTimeout)
+	open := s.OpenTimeout.String()
+	if s.MaxOpenTimeout > s.OpenTimeout {
+		open += "→" + s.MaxOpenTimeout.String()
+	}
+	var probes string
+	switch {
+	case s.SkipHalfOpen:
+		probes = "no half-open"
+	case s.HalfOpenSuccesses < s.HalfOpenProbes:
+		probes = fmt.Sprintf("%d of %d probes", s.HalfOpenSuccesses, s.HalfOpenProbes)
+	case s.HalfOpenProbes == 1:
+		probes = "1 probe"
+	default:
+		probes = fmt.Sprintf("%d probes", s.HalfOpenProbes)
+	}
+	return fmt.Sprintf("%s(%s, open %s, %s)", name, rules, open, probes)
 }
 
 // Permit is the admission of one call by [Breaker.Allow]. Report the call's

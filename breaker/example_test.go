@@ -70,7 +70,7 @@ func ExampleSettings_halfOpenSuccesses() {
 	_, err = breaker.New(breaker.Settings{HalfOpenProbes: 3, HalfOpenSuccesses: 4})
 	fmt.Println(err)
 	// Output:
-	// breaker(5 consecutive, open 10s) <nil>
+	// breaker(5 consecutive, open 10s, 7 of 10 probes) <nil>
 	// breaker: Settings.HalfOpenSuccesses = 4: must be <= HalfOpenProbes (3), or the breaker can never close
 }
 

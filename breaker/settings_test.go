@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/sony/gobreaker/v2"
 )
 
 func TestInvalidSettings(t *testing.T) {
@@ -68,12 +69,40 @@ func TestDefaults(t *testing.T) {
 		got.MinCalls != 20 || got.OpenTimeout != 10*time.Second || got.HalfOpenProbes != 3 || got.HalfOpenSuccesses != 3 {
 		t.Errorf("zero Settings gave %+v, want the documented defaults", got)
 	}
-	if s := b.String(); s != "breaker(10 consecutive or 50% of 10s, open 10s)" {
-		t.Errorf("String() = %q", s)
+	if got, want := b.String(), "breaker(10 consecutive or 50% of 10s, open 10s, 3 probes)"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
 	}
 	cw, _ := breaker.New(breaker.Settings{FailureRate: 0.1, WindowCalls: 50})
 	if cw.Settings().MinCalls != 50 {
 		t.Errorf("count window MinCalls default = %d, want WindowCalls", cw.Settings().MinCalls)
+	}
+}
+
+// TestString: String shows the trip rules, the open stay (and how far it
+// grows) and the probes (k of N, or none with SkipHalfOpen).
+func TestString(t *testing.T) {
+	adapted, _ := breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{}))
+	for _, tc := range []struct {
+		b    *breaker.Breaker
+		want string
+	}{
+		{mustNew(t, breaker.Settings{ConsecutiveFailures: 5}), "breaker(5 consecutive, open 10s, 3 probes)"},
+		{mustNew(t, breaker.Settings{ConsecutiveFailures: 5, Engine: breaker.EngineGobreaker}), "breaker(5 consecutive, open 10s, 3 probes)"},
+		{mustNew(t, breaker.Settings{Name: "payments", ConsecutiveFailures: 5, OpenTimeout: 5 * time.Second, MaxOpenTimeout: 30 * time.Second}),
+			"breaker payments(5 consecutive, open 5s→30s, 3 probes)"},
+		{mustNew(t, breaker.Settings{ConsecutiveFailures: 5, MaxOpenTimeout: 10 * time.Second}), "breaker(5 consecutive, open 10s, 3 probes)"},
+		{mustNew(t, breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 3, HalfOpenSuccesses: 2}), "breaker(5 consecutive, open 10s, 2 of 3 probes)"},
+		{mustNew(t, breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 1}), "breaker(5 consecutive, open 10s, 1 probe)"},
+		{mustNew(t, breaker.Settings{FailureRate: 0.1, WindowCalls: 50, OpenTimeout: time.Second, SkipHalfOpen: true}),
+			"breaker(10% of 50 calls, open 1s, no half-open)"},
+		{mustNew(t, breaker.Settings{SlowCall: time.Second, SlowCallRate: 0.5, Window: time.Minute, OpenTimeout: time.Second, MaxOpenTimeout: time.Minute, HalfOpenProbes: 10, HalfOpenSuccesses: 7}),
+			"breaker(50% slower than 1s of 1m0s, open 1s→1m0s, 7 of 10 probes)"},
+		{adapted, "breaker(gobreaker)"},
+		{&breaker.Breaker{}, "breaker(zero value: make one with breaker.New)"},
+	} {
+		if got := tc.b.String(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
 	}
 }
 
