@@ -40,12 +40,13 @@ func (s State) String() string {
 // state's counters.
 //
 // Each call that asked to pass ends as exactly one of Successes, Failures,
-// Neutral, RejectedOpen or RejectedProbes; Requests is their sum, so calls
-// still in flight are not in it yet.
+// SlowUnanswered, Neutral, RejectedOpen or RejectedProbes; Requests is
+// their sum, so calls still in flight are not in it yet.
 type Counts struct {
 	Requests       uint64 // calls that were rejected or have reported an outcome
 	Successes      uint64 // admitted calls that succeeded
 	Failures       uint64 // admitted calls that failed
+	SlowUnanswered uint64 // admitted calls the caller's deadline ended after SlowCall: slow calls (native engine only; see Settings.SlowCall)
 	Neutral        uint64 // admitted calls that were neither (caller's cancellation, Neutral errors, IsExcluded)
 	RejectedOpen   uint64 // rejected because open
 	RejectedProbes uint64 // rejected in half-open because the probe quota was used up
@@ -81,6 +82,7 @@ type Breaker struct {
 	successes shardedCounter
 
 	failures, neutral            atomic.Uint64
+	slowUnanswered               atomic.Uint64
 	rejectedOpen, rejectedProbes atomic.Uint64
 	opens                        atomic.Uint64
 }
@@ -246,7 +248,7 @@ func (p Permit) Abandon() {
 }
 
 func (b *Breaker) done(ctx context.Context, g *gen, start time.Time, gdone func(error), err error) {
-	b.record(g, start, gdone, b.classify(ctx, err), err)
+	b.record(g, start, gdone, b.classify(ctx, g, start, err), err)
 }
 
 func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, err error) {
@@ -315,12 +317,13 @@ func (b *Breaker) Counts() Counts {
 	c := Counts{
 		Successes:      b.successes.Load(),
 		Failures:       b.failures.Load(),
+		SlowUnanswered: b.slowUnanswered.Load(),
 		Neutral:        b.neutral.Load(),
 		RejectedOpen:   b.rejectedOpen.Load(),
 		RejectedProbes: b.rejectedProbes.Load(),
 		Opens:          b.opens.Load(),
 	}
-	c.Requests = c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes
+	c.Requests = c.Successes + c.Failures + c.SlowUnanswered + c.Neutral + c.RejectedOpen + c.RejectedProbes
 	if b.m != nil {
 		b.m.fill(&c)
 	} else if b.gb != nil {
@@ -335,6 +338,8 @@ func (b *Breaker) count(o outcome) {
 		b.successes.Add(1)
 	case failure:
 		b.failures.Add(1)
+	case slowCut:
+		b.slowUnanswered.Add(1)
 	default:
 		b.neutral.Add(1)
 	}

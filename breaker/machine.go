@@ -192,7 +192,7 @@ func (m *machine) openStay() time.Duration {
 
 // done records the outcome of a call admitted in generation g.
 func (m *machine) done(g *gen, start time.Time, o outcome) {
-	if g.state == StateClosed && o != failure && g == m.cur.Load() {
+	if g.state == StateClosed && (o == success || o == neutral) && g == m.cur.Load() {
 		if o == neutral {
 			m.b.neutral.Add(1)
 			return
@@ -221,7 +221,7 @@ func (m *machine) done(g *gen, start time.Time, o outcome) {
 		m.b.successes.Add(1)
 		return
 	}
-	m.doneLocked(g, o, false)
+	m.doneLocked(g, o, o == slowCut)
 }
 
 func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
@@ -240,9 +240,10 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 	}
 	switch g.state {
 	case StateClosed:
-		if o == failure {
+		switch o {
+		case failure:
 			g.consec.Add(1)
-		} else {
+		case success:
 			g.consec.Store(0)
 		}
 		switch {

@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -12,14 +13,19 @@ const (
 	success outcome = iota
 	failure
 	neutral
+	// slowCut is a call the caller's deadline ended after it ran longer
+	// than SlowCall (native engine, closed state): a slow call, neither a
+	// success nor a failure.
+	slowCut
 )
 
-// classify decides how an admitted call's error counts. The marks an
+// classify decides how an admitted call's error counts; start is when the
+// call was admitted (native engine with SlowCall, or a probe). The marks an
 // error carries ([Neutral], [Failure], [NotFailure]: the adapters' and the
-// chain's decisions) come first, then the caller's own cancellation, then
-// the user's IsExcluded and IsFailure: a rule the user adds for other
-// errors never overrides what the adapters marked.
-func (b *Breaker) classify(ctx context.Context, err error) outcome {
+// chain's decisions) come first, then the caller's own cancellation (or
+// deadline: see cutSlow), then the user's IsExcluded and IsFailure: a rule
+// the user adds for other errors never overrides what the adapters marked.
+func (b *Breaker) classify(ctx context.Context, g *gen, start time.Time, err error) outcome {
 	if err == nil {
 		return success
 	}
@@ -31,6 +37,9 @@ func (b *Breaker) classify(ctx context.Context, err error) outcome {
 		return failure
 	}
 	if callerDone(ctx) {
+		if m == markNone && b.cutSlow(ctx, g, start) {
+			return slowCut
+		}
 		return neutral
 	}
 	if m == markNotFailure {
@@ -43,6 +52,26 @@ func (b *Breaker) classify(ctx context.Context, err error) outcome {
 		return success
 	}
 	return failure
+}
+
+// cutSlow reports, for a call whose caller's context is done, that its
+// caller's deadline ended it (not a cancellation before the deadline)
+// after it had run longer than SlowCall: on the native engine with
+// SlowCall set, in closed, such a call says the downstream is slow, as a
+// success slower than SlowCall does.
+func (b *Breaker) cutSlow(ctx context.Context, g *gen, start time.Time) bool {
+	if b.m == nil || !b.m.timed || g == nil || g.state != StateClosed {
+		return false
+	}
+	dl, ok := ctx.Deadline()
+	now := time.Now()
+	if !ok || now.Before(dl) {
+		return false
+	}
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return false // canceled before the deadline came
+	}
+	return now.Sub(start) > b.s.SlowCall
 }
 
 // mark is how an error was marked by [Neutral], [Failure] or [NotFailure].

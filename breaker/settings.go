@@ -81,6 +81,14 @@ type Settings struct {
 	// window.
 	MinCalls int
 	// SlowCall marks a success that took longer than this as slow (0: off).
+	// A call that ran longer than this and then returned an unmarked error
+	// after its caller's context deadline had passed (the deadline ended it:
+	// not a cancellation) counts as slow too, instead of neutral, so that a
+	// hung downstream still trips SlowCallRate when every caller's deadline
+	// is shorter than the hang. Such a call is neither a success nor a
+	// failure: it leaves the run of consecutive failures as it is, and
+	// Counts reports it as SlowUnanswered. A probe in half-open that its
+	// caller's deadline ended stays neutral.
 	SlowCall time.Duration
 	// SlowCallRate trips the breaker when slow/calls over the window reach it,
 	// in [0, 1]. Needs SlowCall.
@@ -119,7 +127,7 @@ type Settings struct {
 	// [Neutral], [Failure] or [NotFailure] (as the gRPC and HTTP adapters
 	// mark caller errors and the client's own conditions) counts as
 	// marked, and an unmarked error returned after the caller's own
-	// context is done is neutral.
+	// context is done is neutral (or slow: see SlowCall).
 	IsFailure func(error) bool
 	// IsExcluded marks errors that are neither success nor failure (for
 	// example a caller's invalid argument); checked after the marks and
