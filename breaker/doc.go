@@ -26,11 +26,15 @@
 //
 // # Outcomes
 //
-// A call's error is a success (nil, an error wrapped with [NotFailure], or
-// [Settings.IsFailure] says no), a failure, or neutral: the caller's own
-// context was done, the error is wrapped with [Neutral], or
-// [Settings.IsExcluded] says so. Neutral calls count toward nothing, and a
-// neutral probe gives its half-open slot back.
+// A call's error is a success, a failure, or neutral; the first rule that
+// applies decides: nil is a success; an error marked with [Neutral] is
+// neutral and one marked with [Failure] a failure (the outermost mark);
+// an error returned after the caller's own context was done is neutral
+// (or slow: see [Settings.SlowCall]); one marked with [NotFailure] is a
+// success; then [Settings.IsExcluded] (neutral) and [Settings.IsFailure]
+// (false: a success) decide, and any other error is a failure. Neutral
+// calls count toward nothing, and a neutral probe gives its half-open slot
+// back.
 //
 // # Where it goes in a chain
 //

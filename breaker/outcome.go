@@ -20,11 +20,13 @@ const (
 )
 
 // classify decides how an admitted call's error counts; start is when the
-// call was admitted (native engine with SlowCall, or a probe). The marks an
-// error carries ([Neutral], [Failure], [NotFailure]: the adapters' and the
-// chain's decisions) come first, then the caller's own cancellation (or
-// deadline: see cutSlow), then the user's IsExcluded and IsFailure: a rule
-// the user adds for other errors never overrides what the adapters marked.
+// call was admitted (native engine with SlowCall, or a probe). The marks
+// [Neutral] and [Failure] (the adapters' and the chain's decisions) come
+// first, then the caller's own end (neutral, or slow: see cutSlow), then
+// the mark [NotFailure], then the user's IsExcluded and IsFailure: a rule
+// the user adds for other errors never overrides what the adapters
+// marked. NotFailure yields to the caller's end: an answer that came after
+// the caller left must not count as a success and break a run of failures.
 func (b *Breaker) classify(ctx context.Context, g *gen, start time.Time, err error) outcome {
 	if err == nil {
 		return success

@@ -130,8 +130,8 @@ type Settings struct {
 	// context is done is neutral (or slow: see SlowCall).
 	IsFailure func(error) bool
 	// IsExcluded marks errors that are neither success nor failure (for
-	// example a caller's invalid argument); checked after the marks and
-	// before IsFailure.
+	// example a caller's invalid argument); asked only about unmarked
+	// errors whose caller's context is not done, before IsFailure.
 	IsExcluded func(error) bool
 	// OnStateChange is called after each transition, with no lock held, in
 	// the order the transitions happened. It may call State and Counts. It
