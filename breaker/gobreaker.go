@@ -79,7 +79,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 				until := time.Now().Add(s.OpenTimeout).Add(1)
 				b.gbOpen.Store(&OpenError{Name: s.Name, Until: until})
 			}
-			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
+			b.note.push(fromGobreakerState(from), fromGobreakerState(to), time.Now())
 		},
 	}
 	consecutive := uint32(s.ConsecutiveFailures) // gobreakerExpressible checked these fit

@@ -7,11 +7,30 @@ import (
 )
 
 func init() {
-	bridge.BreakerOpenUntil = func(b any) time.Time { return b.(*Breaker).openUntil() }
+	bridge.BreakerOpenUntil = func(b any) time.Time {
+		if b, _ := b.(*Breaker); b != nil {
+			return b.openUntil()
+		}
+		return time.Time{}
+	}
 	bridge.BreakerWatch = func(b any, key string, fn any) {
-		b.(*Breaker).note.watch(key, fn.(func(StateChange)))
+		bb, _ := b.(*Breaker)
+		f, _ := fn.(func(StateChange))
+		if bb != nil && f != nil {
+			bb.watch(key, f)
+		}
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
+}
+
+// watch adds fn to the receivers of the breaker's state changes, under
+// key: see notifier. A breaker made by FromGobreaker reports its changes
+// to its own OnStateChange only: its watchers receive nothing.
+func (b *Breaker) watch(key string, fn func(StateChange)) {
+	if b.adapted {
+		return
+	}
+	b.note.watch(key, fn)
 }
 
 // openUntil returns the first instant at which the breaker admits a call

@@ -109,9 +109,9 @@ func (m *machine) allowLocked() (*gen, time.Time, error) {
 		}
 	}
 	m.mu.Unlock()
-	if err == nil && g.state == StateHalfOpen {
-		// A panicking OnStateChange must not keep the probe slot: the call
-		// will not be made.
+	if err == nil {
+		// A panicking OnStateChange must not keep a probe slot: the call
+		// will not be made. It counts as neutral.
 		defer func() {
 			if r := recover(); r != nil {
 				m.done(g, now, neutral)
@@ -168,7 +168,7 @@ func (m *machine) set(st State, now time.Time) *gen {
 		}
 	}
 	m.cur.Store(g)
-	m.b.note.push(from, st)
+	m.b.note.push(from, st, now)
 	return g
 }
 

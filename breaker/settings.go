@@ -136,7 +136,9 @@ type Settings struct {
 	// OnStateChange is called after each transition, with no lock held, in
 	// the order the transitions happened. It may call State and Counts. It
 	// may run on the goroutine of a call other than the one that caused the
-	// transition.
+	// transition. If it panics, the panic goes on in the call that was
+	// delivering the change, and the receivers still to be called get it
+	// at the breaker's next event.
 	OnStateChange func(from, to State)
 
 	// Engine selects the state machine (EngineNative by default).
