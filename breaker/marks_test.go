@@ -85,6 +85,14 @@ func TestFailureMarkCountsAfterCallerDone(t *testing.T) {
 	}
 }
 
+// question is a call of IsExcluded or IsFailure.
+type question struct {
+	fn  string
+	err error
+}
+
+func (q question) String() string { return fmt.Sprintf("%s(%v)", q.fn, q.err) }
+
 // TestIsExcludedAfterMarks: IsExcluded and IsFailure are asked only about
 // unmarked errors whose caller is still waiting: a NotFailure-marked
 // error is a success though IsExcluded says every error is excluded, and
@@ -94,10 +102,6 @@ func TestIsExcludedAfterMarks(t *testing.T) {
 	canceled, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, engine := range engines {
-		type question struct {
-			fn  string
-			err error
-		}
 		var asked []question
 		b := mustNew(t, breaker.Settings{
 			Engine:              engine,
