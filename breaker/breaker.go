@@ -238,8 +238,9 @@ func (p Permit) Done(err error) {
 
 // Abandon reports that the admitted call ended because of its caller, for
 // example an enclosing deadline that a chain enforces inside the breaker: it
-// counts as neutral, like the caller's own cancellation. Call it instead of
-// Done.
+// counts as neutral, like the caller's own cancellation (never as slow: see
+// Settings.SlowCall; the chain marks with [Failure] the attempts it judges
+// slow). Call it instead of Done.
 func (p Permit) Abandon() {
 	if p.b == nil {
 		return
