@@ -16,7 +16,7 @@ type State int
 const (
 	// StateClosed lets every call through and counts outcomes.
 	StateClosed State = iota
-	// StateOpen rejects every call with [ErrOpen].
+	// StateOpen rejects every call with an [*OpenError] matching [ErrOpen].
 	StateOpen
 	// StateHalfOpen admits a few probe calls to test the downstream.
 	StateHalfOpen
@@ -36,30 +36,17 @@ func (s State) String() string {
 	}
 }
 
-// ErrOpen is returned for every call the breaker rejects. Every rejection
-// matches errors.Is(err, ErrOpen), including [ErrTooManyProbes].
-var ErrOpen = errors.New("breaker: open")
-
-// ErrTooManyProbes is returned in half-open when the probe quota is used up.
-// It is distinguishable from ErrOpen with ==, and errors.Is(err, ErrOpen)
-// holds for it.
-var ErrTooManyProbes error = probeQuotaError{}
-
-type probeQuotaError struct{}
-
-func (probeQuotaError) Error() string        { return "breaker: open (half-open probe quota used up)" }
-func (probeQuotaError) Is(target error) bool { return target == ErrOpen }
-
 // Counts is a snapshot of a breaker's lifetime totals and of its current
 // state's counters.
 //
 // Each call that asked to pass ends as exactly one of Successes, Failures,
-// Neutral, RejectedOpen or RejectedProbes; Requests is their sum, so calls
-// still in flight are not in it yet.
+// SlowUnanswered, Neutral, RejectedOpen or RejectedProbes; Requests is
+// their sum, so calls still in flight are not in it yet.
 type Counts struct {
 	Requests       uint64 // calls that were rejected or have reported an outcome
 	Successes      uint64 // admitted calls that succeeded
 	Failures       uint64 // admitted calls that failed
+	SlowUnanswered uint64 // admitted calls the caller's deadline ended after SlowCall: slow calls (native engine only; see Settings.SlowCall)
 	Neutral        uint64 // admitted calls that were neither (caller's cancellation, Neutral errors, IsExcluded)
 	RejectedOpen   uint64 // rejected because open
 	RejectedProbes uint64 // rejected in half-open because the probe quota was used up
@@ -81,9 +68,13 @@ type Breaker struct {
 
 	adapted bool // made by FromGobreaker
 
-	// gbUntil is, on the gobreaker engine, the first instant after the
-	// current open stay (nil when not open).
-	gbUntil atomic.Pointer[time.Time]
+	// gbOpen is, on the gobreaker engine, the error of the rejections of
+	// the last open stay, whose Until is the first instant after it (nil
+	// before the first trip); gbProbes is the error of the rejections for
+	// the probe quota. For a breaker made by FromGobreaker both are set
+	// once, with a zero Until.
+	gbOpen   atomic.Pointer[OpenError]
+	gbProbes *OpenError
 
 	// successes is written by every successful call: it is spread over
 	// cache lines of its own so that concurrent calls do not fight over it.
@@ -91,6 +82,7 @@ type Breaker struct {
 	successes shardedCounter
 
 	failures, neutral            atomic.Uint64
+	slowUnanswered               atomic.Uint64
 	rejectedOpen, rejectedProbes atomic.Uint64
 	opens                        atomic.Uint64
 }
@@ -107,6 +99,7 @@ func New(s Settings) (*Breaker, error) {
 	b.note.active.Store(s.OnStateChange != nil)
 	if s.Engine == EngineGobreaker {
 		b.gb = newGobreakerEngine(b)
+		b.gbProbes = &OpenError{Name: s.Name, Probes: true}
 	} else {
 		b.m = newMachine(b)
 	}
@@ -118,10 +111,17 @@ func New(s Settings) (*Breaker, error) {
 // set to EngineGobreaker: the wrapped breaker's settings are not visible.
 func (b *Breaker) Settings() Settings { return b.s }
 
-// String describes the breaker, e.g. "breaker(5 consecutive, open 1s)".
+// String describes the breaker: its trip rules, its open stay and its
+// probes, e.g. "breaker(5 consecutive, open 10s, 3 probes)",
+// "breaker payments(50% of 10s, open 5s→30s, 2 of 3 probes)" (a stay that
+// grows to MaxOpenTimeout, closing on 2 successes among 3 probes) or
+// "breaker(5 consecutive, open 1s, no half-open)" (SkipHalfOpen).
 func (b *Breaker) String() string {
-	if b.adapted {
+	switch {
+	case b.adapted:
 		return "breaker(gobreaker)"
+	case b.m == nil && b.gb == nil:
+		return "breaker(zero value: make one with breaker.New)"
 	}
 	s := b.s
 	var rules string
@@ -148,7 +148,22 @@ func (b *Breaker) String() string {
 	if s.Name != "" {
 		name += " " + s.Name
 	}
-	return fmt.Sprintf("%s(%s, open %v)", name, rules, s.OpenTimeout)
+	open := s.OpenTimeout.String()
+	if s.MaxOpenTimeout > s.OpenTimeout {
+		open += "→" + s.MaxOpenTimeout.String()
+	}
+	var probes string
+	switch {
+	case s.SkipHalfOpen:
+		probes = "no half-open"
+	case s.HalfOpenSuccesses < s.HalfOpenProbes:
+		probes = fmt.Sprintf("%d of %d probes", s.HalfOpenSuccesses, s.HalfOpenProbes)
+	case s.HalfOpenProbes == 1:
+		probes = "1 probe"
+	default:
+		probes = fmt.Sprintf("%d probes", s.HalfOpenProbes)
+	}
+	return fmt.Sprintf("%s(%s, open %s, %s)", name, rules, open, probes)
 }
 
 // Permit is the admission of one call by [Breaker.Allow]. Report the call's
@@ -165,8 +180,8 @@ type Permit struct {
 // Allow asks the breaker to admit one call: the two-step form of
 // [Breaker.Do] for interceptors and streams. On success, run the call and
 // pass its error to [Permit.Done]; ctx is the caller's context, used to tell
-// the caller's own cancellation from a failure. On rejection the error matches
-// [ErrOpen].
+// the caller's own cancellation from a failure. On rejection the error is an
+// [*OpenError] naming the breaker, matching [ErrOpen].
 func (b *Breaker) Allow(ctx context.Context) (Permit, error) {
 	if b.m != nil {
 		g, start, err := b.m.allow()
@@ -202,10 +217,13 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 	if err != nil {
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
-			return nil, ErrTooManyProbes
+			return nil, b.gbProbes
 		}
 		b.rejectedOpen.Add(1)
-		return nil, ErrOpen
+		if e := b.gbOpen.Load(); e != nil {
+			return nil, e
+		}
+		return nil, &OpenError{Name: b.gb.Name()} // not reached: gobreaker opened first
 	}
 	return done, nil
 }
@@ -220,8 +238,9 @@ func (p Permit) Done(err error) {
 
 // Abandon reports that the admitted call ended because of its caller, for
 // example an enclosing deadline that a chain enforces inside the breaker: it
-// counts as neutral, like the caller's own cancellation. Call it instead of
-// Done.
+// counts as neutral, like the caller's own cancellation (never as slow: see
+// Settings.SlowCall; the chain marks with [Failure] the attempts it judges
+// slow). Call it instead of Done.
 func (p Permit) Abandon() {
 	if p.b == nil {
 		return
@@ -230,7 +249,7 @@ func (p Permit) Abandon() {
 }
 
 func (b *Breaker) done(ctx context.Context, g *gen, start time.Time, gdone func(error), err error) {
-	b.record(g, start, gdone, b.classify(ctx, err), err)
+	b.record(g, start, gdone, b.classify(ctx, g, start, err), err)
 }
 
 func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, err error) {
@@ -244,9 +263,9 @@ func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, 
 }
 
 // Do runs call if the breaker admits it and records its outcome. A rejected
-// call is not run and Do returns an error matching [ErrOpen]; otherwise Do
-// returns call's error unchanged. A call that panics is recorded as a failure
-// and the panic goes on.
+// call is not run and Do returns an [*OpenError], matching [ErrOpen];
+// otherwise Do returns call's error unchanged. A call that panics is
+// recorded as a failure and the panic goes on.
 func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
 	var (
 		g     *gen
@@ -299,12 +318,13 @@ func (b *Breaker) Counts() Counts {
 	c := Counts{
 		Successes:      b.successes.Load(),
 		Failures:       b.failures.Load(),
+		SlowUnanswered: b.slowUnanswered.Load(),
 		Neutral:        b.neutral.Load(),
 		RejectedOpen:   b.rejectedOpen.Load(),
 		RejectedProbes: b.rejectedProbes.Load(),
 		Opens:          b.opens.Load(),
 	}
-	c.Requests = c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes
+	c.Requests = c.Successes + c.Failures + c.SlowUnanswered + c.Neutral + c.RejectedOpen + c.RejectedProbes
 	if b.m != nil {
 		b.m.fill(&c)
 	} else if b.gb != nil {
@@ -313,153 +333,14 @@ func (b *Breaker) Counts() Counts {
 	return c
 }
 
-// outcome is how one admitted call counts.
-type outcome uint8
-
-const (
-	success outcome = iota
-	failure
-	neutral
-)
-
-// classify decides how an admitted call's error counts. The marks an
-// error carries ([Neutral], [Failure], [NotFailure]: the adapters' and the
-// chain's decisions) come first, then the caller's own cancellation, then
-// the user's IsExcluded and IsFailure: a rule the user adds for other
-// errors never overrides what the adapters marked.
-func (b *Breaker) classify(ctx context.Context, err error) outcome {
-	if err == nil {
-		return success
-	}
-	m := markOf(err)
-	switch m {
-	case markNeutral:
-		return neutral
-	case markFailure:
-		return failure
-	}
-	if callerDone(ctx) {
-		return neutral
-	}
-	if m == markNotFailure {
-		return success
-	}
-	if b.s.IsExcluded != nil && b.s.IsExcluded(err) {
-		return neutral
-	}
-	if b.s.IsFailure != nil && !b.s.IsFailure(err) {
-		return success
-	}
-	return failure
-}
-
-// mark is how an error was marked by [Neutral], [Failure] or [NotFailure].
-type mark uint8
-
-const (
-	markNone mark = iota
-	markNeutral
-	markFailure
-	markNotFailure
-)
-
-// markOf finds the outermost mark in err's tree, depth first.
-func markOf(err error) mark {
-	for err != nil {
-		switch e := err.(type) {
-		case *neutralError:
-			return markNeutral
-		case *failureError:
-			return markFailure
-		case *notFailure:
-			return markNotFailure
-		case interface{ Unwrap() []error }:
-			for _, inner := range e.Unwrap() {
-				if m := markOf(inner); m != markNone {
-					return m
-				}
-			}
-			return markNone
-		case interface{ Unwrap() error }:
-			err = e.Unwrap()
-		default:
-			return markNone
-		}
-	}
-	return markNone
-}
-
-// NotFailure marks err as an answer from a healthy downstream, such as
-// gRPC's NotFound or an HTTP 404: with the default classification the
-// breaker counts it as a success. errors.Is and errors.As see through it.
-// The gRPC and HTTP adapters mark caller errors this way.
-func NotFailure(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &notFailure{err}
-}
-
-type notFailure struct{ err error }
-
-func (e *notFailure) Error() string { return e.err.Error() }
-func (e *notFailure) Unwrap() error { return e.err }
-
-// Neutral marks err as saying nothing of the downstream's health, such as
-// an error raised on the client's side before or after the downstream did
-// its part (a request over a size limit, a connection the caller closed):
-// the breaker counts the call neither as a success nor as a failure, as it
-// does a call the caller canceled. Errors.Is and errors.As see through it.
-func Neutral(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &neutralError{err}
-}
-
-type neutralError struct{ err error }
-
-func (e *neutralError) Error() string { return e.err.Error() }
-func (e *neutralError) Unwrap() error { return e.err }
-
-// Failure marks err as a failure of the downstream, whatever the caller's
-// context says: a call that was still unanswered when its caller's
-// deadline ended it, after running longer than a healthy downstream takes,
-// says the downstream is slow, and the chain marks it so (see package
-// chain). Like the other marks, it is decided before Settings.IsExcluded
-// and Settings.IsFailure. errors.Is and errors.As see through it.
-func Failure(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &failureError{err}
-}
-
-type failureError struct{ err error }
-
-func (e *failureError) Error() string { return e.err.Error() }
-func (e *failureError) Unwrap() error { return e.err }
-
-// callerDone reports that the caller's context has ended, or that its
-// deadline has passed and its timer is about to say so: a downstream that
-// was sent the deadline may report it first.
-func callerDone(ctx context.Context) bool {
-	if ctx == nil {
-		return false
-	}
-	if ctx.Err() != nil {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
-
 func (b *Breaker) count(o outcome) {
 	switch o {
 	case success:
 		b.successes.Add(1)
 	case failure:
 		b.failures.Add(1)
+	case slowCut:
+		b.slowUnanswered.Add(1)
 	default:
 		b.neutral.Add(1)
 	}

@@ -112,10 +112,10 @@ func concurrentRun(t *testing.T, engine Engine, last bool) (covered bool) {
 	}
 	// Every call ends as exactly one success, failure, neutral or
 	// rejection.
-	if sum := c.Successes + c.Failures + c.Neutral + c.RejectedOpen + c.RejectedProbes; sum != uint64(calls.Load()) {
-		t.Errorf("successes+failures+neutral+rejections = %d, want %d calls: %+v", sum, calls.Load(), c)
+	if sum := c.Successes + c.Failures + c.SlowUnanswered + c.Neutral + c.RejectedOpen + c.RejectedProbes; sum != uint64(calls.Load()) || sum != c.Requests {
+		t.Errorf("successes+failures+slow unanswered+neutral+rejections = %d, want %d calls and Requests: %+v", sum, calls.Load(), c)
 	}
-	if got := c.Successes + c.Failures + c.Neutral; got != uint64(admitted.Load()) {
+	if got := c.Successes + c.Failures + c.SlowUnanswered + c.Neutral; got != uint64(admitted.Load()) {
 		t.Errorf("outcomes %d, admitted %d", got, admitted.Load())
 	}
 	t.Logf("%v: %+v, %d transitions, max %d probes in flight", engine, c, transitions.Load(), maxInflight)

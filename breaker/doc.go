@@ -14,21 +14,27 @@
 // # States
 //
 // Closed lets every call through and counts outcomes; when a trip rule fires
-// the breaker opens. Open rejects every call with [ErrOpen] for
-// [Settings.OpenTimeout]. The first call after that finds the breaker
-// half-open: it admits [Settings.HalfOpenProbes] probe calls and rejects the
-// rest with [ErrTooManyProbes] (which also matches ErrOpen). It closes after
+// the breaker opens. Open rejects every call for [Settings.OpenTimeout]
+// with an [*OpenError] that names the breaker and says when it admits calls
+// again; errors.Is(err, [ErrOpen]) holds for every rejection. The first
+// call after that finds the breaker half-open: it admits
+// [Settings.HalfOpenProbes] probe calls and rejects the rest (the error
+// also matches [ErrTooManyProbes]). It closes after
 // [Settings.HalfOpenSuccesses] successful probes and re-opens as soon as a
 // failure makes that number unreachable. Nothing runs in the background: a
 // state whose time is up changes on the next call or [Breaker.State].
 //
 // # Outcomes
 //
-// A call's error is a success (nil, an error wrapped with [NotFailure], or
-// [Settings.IsFailure] says no), a failure, or neutral: the caller's own
-// context was done, the error is wrapped with [Neutral], or
-// [Settings.IsExcluded] says so. Neutral calls count toward nothing, and a
-// neutral probe gives its half-open slot back.
+// A call's error is a success, a failure, or neutral; the first rule that
+// applies decides: nil is a success; an error marked with [Neutral] is
+// neutral and one marked with [Failure] a failure (the outermost mark);
+// an error returned after the caller's own context was done is neutral
+// (or slow: see [Settings.SlowCall]); one marked with [NotFailure] is a
+// success; then [Settings.IsExcluded] (neutral) and [Settings.IsFailure]
+// (false: a success) decide, and any other error is a failure. Neutral
+// calls count toward nothing, and a neutral probe gives its half-open slot
+// back.
 //
 // # Where it goes in a chain
 //

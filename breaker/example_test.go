@@ -12,6 +12,7 @@ import (
 
 func Example() {
 	b, err := breaker.New(breaker.Settings{
+		Name:                "payments",
 		ConsecutiveFailures: 3,
 		OpenTimeout:         30 * time.Second,
 		OnStateChange: func(from, to breaker.State) {
@@ -24,15 +25,21 @@ func Example() {
 	down := errors.New("connection refused")
 	for i := 1; i <= 5; i++ {
 		err := b.Do(context.Background(), func(ctx context.Context) error { return down })
-		fmt.Printf("call %d: %v (open: %t)\n", i, err, errors.Is(err, breaker.ErrOpen))
+		var open *breaker.OpenError
+		if errors.As(err, &open) {
+			fmt.Printf("call %d: rejected by %q for %v more (ErrOpen: %t)\n",
+				i, open.Name, open.Remaining().Round(time.Second), errors.Is(err, breaker.ErrOpen))
+			continue
+		}
+		fmt.Printf("call %d: %v\n", i, err)
 	}
 	// Output:
-	// call 1: connection refused (open: false)
-	// call 2: connection refused (open: false)
+	// call 1: connection refused
+	// call 2: connection refused
 	// closed → open
-	// call 3: connection refused (open: false)
-	// call 4: breaker: open (open: true)
-	// call 5: breaker: open (open: true)
+	// call 3: connection refused
+	// call 4: rejected by "payments" for 30s more (ErrOpen: true)
+	// call 5: rejected by "payments" for 30s more (ErrOpen: true)
 }
 
 // The two-step form, for interceptors and streams: Allow admits the call,
@@ -47,8 +54,8 @@ func ExampleBreaker_Allow() {
 	}
 	p.Done(errors.New("stream ended with an error"))
 	_, err = b.Allow(ctx)
-	fmt.Println(b.State(), err)
-	// Output: open breaker: open
+	fmt.Println(b.State(), errors.Is(err, breaker.ErrOpen))
+	// Output: open true
 }
 
 // Closing on 7 successes among 10 probes lets a breaker close on a
@@ -63,7 +70,7 @@ func ExampleSettings_halfOpenSuccesses() {
 	_, err = breaker.New(breaker.Settings{HalfOpenProbes: 3, HalfOpenSuccesses: 4})
 	fmt.Println(err)
 	// Output:
-	// breaker(5 consecutive, open 10s) <nil>
+	// breaker(5 consecutive, open 10s, 7 of 10 probes) <nil>
 	// breaker: Settings.HalfOpenSuccesses = 4: must be <= HalfOpenProbes (3), or the breaker can never close
 }
 

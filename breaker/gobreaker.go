@@ -2,6 +2,7 @@ package breaker
 
 import (
 	"errors"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +26,17 @@ func gobreakerExpressible(s Settings) error {
 	case s.FailureRate > 0 && s.Window < windowBuckets:
 		return invalid("Window", s.Window, why)
 	}
+	// gobreaker counts in uint32, and so does the engine's run of
+	// failures: a larger value would be cut to its low 32 bits.
+	const wide = "above 4294967295, more than EngineGobreaker counts (uint32); use EngineNative"
+	switch {
+	case uint64(s.ConsecutiveFailures) > math.MaxUint32:
+		return invalid("ConsecutiveFailures", s.ConsecutiveFailures, wide)
+	case uint64(s.HalfOpenProbes) > math.MaxUint32:
+		return invalid("HalfOpenProbes", s.HalfOpenProbes, wide)
+	case uint64(s.MinCalls) > math.MaxUint32:
+		return invalid("MinCalls", s.MinCalls, wide)
+	}
 	return nil
 }
 
@@ -45,7 +57,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 	var run atomic.Uint32
 	st := gobreaker.Settings{
 		Name:        s.Name,
-		MaxRequests: uint32(s.HalfOpenProbes),
+		MaxRequests: uint32(s.HalfOpenProbes), // checked by gobreakerExpressible
 		Timeout:     s.OpenTimeout,
 		IsSuccessful: func(err error) bool {
 			if err == nil {
@@ -61,16 +73,17 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 			run.Store(0)
 			if to == gobreaker.StateOpen {
 				b.opens.Add(1)
-				until := time.Now().Add(s.OpenTimeout + 1) // gobreaker leaves open strictly after the stay
-				b.gbUntil.Store(&until)
-			} else {
-				b.gbUntil.Store(nil)
+				// gobreaker leaves open strictly after the stay. The error
+				// stays set after the stay: a rejection that raced with
+				// the end of the stay still finds it, its Until past.
+				until := time.Now().Add(s.OpenTimeout).Add(1)
+				b.gbOpen.Store(&OpenError{Name: s.Name, Until: until})
 			}
-			b.note.push(fromGobreakerState(from), fromGobreakerState(to))
+			b.note.push(fromGobreakerState(from), fromGobreakerState(to), time.Now())
 		},
 	}
-	consecutive := uint32(s.ConsecutiveFailures)
-	rate, minCalls := s.FailureRate, uint32(s.MinCalls)
+	consecutive := uint32(s.ConsecutiveFailures) // gobreakerExpressible checked these fit
+	rate, minCalls := s.FailureRate, uint64(s.MinCalls)
 	if rate > 0 {
 		st.Interval = s.Window
 		st.BucketPeriod = s.Window / windowBuckets
@@ -79,8 +92,8 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 		if consecutive > 0 && run.Load() >= consecutive {
 			return true
 		}
-		calls := c.TotalSuccesses + c.TotalFailures
-		return rate > 0 && calls > 0 && calls >= minCalls && reached(uint64(c.TotalFailures), uint64(calls), rate)
+		calls := uint64(c.TotalSuccesses) + uint64(c.TotalFailures) // no wrap-around in the sum
+		return rate > 0 && calls > 0 && calls >= minCalls && reached(uint64(c.TotalFailures), calls, rate)
 	}
 	return gobreaker.NewTwoStepCircuitBreaker[any](st)
 }
@@ -114,12 +127,17 @@ func fromGobreakerState(s gobreaker.State) State {
 // FromGobreaker wraps an existing gobreaker two-step breaker so that it can
 // sit in a chain. The wrapped breaker keeps its own settings: its
 // IsSuccessful and IsExcluded see the call's error as is, and its
-// OnStateChange is its own. Rejections are mapped to [ErrOpen] and
-// [ErrTooManyProbes]. The returned Breaker's Settings are unknown to
-// callguard, so a chain's lint treats it as opaque. A nil cb is an error.
+// OnStateChange is its own. Rejections are [*OpenError] values named
+// after the wrapped breaker's Name, with a zero Until, matching [ErrOpen]
+// (and [ErrTooManyProbes] for the probe quota). The returned Breaker's
+// Settings are unknown to callguard, so a chain's lint treats it as
+// opaque. A nil cb is an error.
 func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 	if cb == nil {
 		return nil, errors.New("breaker: FromGobreaker(nil): needs a gobreaker breaker")
 	}
-	return &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}, nil
+	b := &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}
+	b.gbOpen.Store(&OpenError{Name: cb.Name()})
+	b.gbProbes = &OpenError{Name: cb.Name(), Probes: true}
+	return b, nil
 }

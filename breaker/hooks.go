@@ -7,11 +7,30 @@ import (
 )
 
 func init() {
-	bridge.BreakerOpenUntil = func(b any) time.Time { return b.(*Breaker).openUntil() }
+	bridge.BreakerOpenUntil = func(b any) time.Time {
+		if b, _ := b.(*Breaker); b != nil {
+			return b.openUntil()
+		}
+		return time.Time{}
+	}
 	bridge.BreakerWatch = func(b any, key string, fn any) {
-		b.(*Breaker).note.watch(key, fn.(func(StateChange)))
+		bb, _ := b.(*Breaker)
+		f, _ := fn.(func(StateChange))
+		if bb != nil && f != nil {
+			bb.watch(key, f)
+		}
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
+}
+
+// watch adds fn to the receivers of the breaker's state changes, under
+// key: see notifier. A breaker made by FromGobreaker reports its changes
+// to its own OnStateChange only: its watchers receive nothing.
+func (b *Breaker) watch(key string, fn func(StateChange)) {
+	if b.adapted {
+		return
+	}
+	b.note.watch(key, fn)
 }
 
 // openUntil returns the first instant at which the breaker admits a call
@@ -25,8 +44,8 @@ func (b *Breaker) openUntil() time.Time {
 			until = g.expiry.Add(1) // it leaves open strictly after the stay
 		}
 	case b.gb != nil && !b.adapted:
-		if t := b.gbUntil.Load(); t != nil {
-			until = *t
+		if e := b.gbOpen.Load(); e != nil {
+			until = e.Until // past once the stay is over
 		}
 	}
 	if !until.IsZero() && !time.Now().Before(until) {

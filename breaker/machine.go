@@ -16,8 +16,16 @@ type machine struct {
 	s   *Settings
 	cur atomic.Pointer[gen]
 
-	mu     sync.Mutex // serializes transitions, failures and half-open accounting
-	streak int        // trips since the last close, for MaxOpenTimeout growth
+	mu sync.Mutex // serializes transitions, failures and half-open accounting
+
+	// For MaxOpenTimeout growth, guarded by mu: streak counts the trips
+	// since the run began; lastStay is the last open stay and closedAt when
+	// the breaker last closed. A close ends the run, except with
+	// SkipHalfOpen: the close at the end of a stay then ends it only once
+	// the breaker has stayed closed for lastStay (see set).
+	streak   int
+	lastStay time.Duration
+	closedAt time.Time
 
 	probes, probeFailures atomic.Uint64
 
@@ -28,6 +36,11 @@ type gen struct {
 	state  State
 	since  time.Time
 	expiry time.Time // open: leave open strictly after this
+
+	// rej is the error of every rejection in this generation (open, and
+	// half-open with its probe quota used up): one per generation, so that
+	// a rejection allocates nothing.
+	rej *OpenError
 
 	// closed
 	consec atomic.Uint64
@@ -71,7 +84,7 @@ func (m *machine) allow() (*gen, time.Time, error) {
 	case StateOpen:
 		if !g.expiry.Before(time.Now()) {
 			m.b.rejectedOpen.Add(1)
-			return nil, time.Time{}, ErrOpen
+			return nil, time.Time{}, g.rej
 		}
 	}
 	return m.allowLocked()
@@ -85,20 +98,20 @@ func (m *machine) allowLocked() (*gen, time.Time, error) {
 	switch g.state {
 	case StateOpen:
 		m.b.rejectedOpen.Add(1)
-		err = ErrOpen
+		err = g.rej
 	case StateHalfOpen:
 		if g.admitted >= m.s.HalfOpenProbes {
 			m.b.rejectedProbes.Add(1)
-			err = ErrTooManyProbes
+			err = g.rej
 		} else {
 			g.admitted++
 			m.probes.Add(1)
 		}
 	}
 	m.mu.Unlock()
-	if err == nil && g.state == StateHalfOpen {
-		// A panicking OnStateChange must not keep the probe slot: the call
-		// will not be made.
+	if err == nil {
+		// A panicking OnStateChange must not keep a probe slot: the call
+		// will not be made. It counts as neutral.
 		defer func() {
 			if r := recover(); r != nil {
 				m.done(g, now, neutral)
@@ -127,23 +140,41 @@ func (m *machine) advance(now time.Time) *gen {
 
 // set moves the breaker to st; the caller holds m.mu.
 func (m *machine) set(st State, now time.Time) *gen {
-	from := m.cur.Load().state
+	prev := m.cur.Load()
+	from := prev.state
 	g := m.newGen(st, now)
 	switch st {
 	case StateOpen:
-		g.expiry = now.Add(m.openStay())
+		if m.s.SkipHalfOpen && now.Sub(m.closedAt) >= m.lastStay {
+			// Closed for as long as the last stay without a trip: the
+			// close that ended it was for good, and the run is over.
+			m.streak = 0
+		}
+		stay := m.openStay()
+		g.expiry = now.Add(stay)
+		g.rej = &OpenError{Name: m.s.Name, Until: g.expiry.Add(1)} // it leaves open strictly after the stay
 		m.streak++
+		m.lastStay = stay
 		m.b.opens.Add(1)
+	case StateHalfOpen:
+		g.rej = &OpenError{Name: m.s.Name, Probes: true}
 	case StateClosed:
-		m.streak = 0
+		m.closedAt = now
+		if from == StateOpen {
+			m.closedAt = prev.expiry // SkipHalfOpen: closed since the stay ended
+		}
+		if !m.s.SkipHalfOpen {
+			m.streak = 0
+		}
 	}
 	m.cur.Store(g)
-	m.b.note.push(from, st)
+	m.b.note.push(from, st, now)
 	return g
 }
 
-// openStay is OpenTimeout doubled once per trip since the last close, capped
-// at MaxOpenTimeout.
+// openStay is OpenTimeout doubled once per trip in the current run (since
+// the last close; with SkipHalfOpen, since the last close that lasted),
+// capped at MaxOpenTimeout.
 func (m *machine) openStay() time.Duration {
 	d := m.s.OpenTimeout
 	for i := 0; i < m.streak && d < m.s.MaxOpenTimeout; i++ {
@@ -161,7 +192,7 @@ func (m *machine) openStay() time.Duration {
 
 // done records the outcome of a call admitted in generation g.
 func (m *machine) done(g *gen, start time.Time, o outcome) {
-	if g.state == StateClosed && o != failure && g == m.cur.Load() {
+	if g.state == StateClosed && (o == success || o == neutral) && g == m.cur.Load() {
 		if o == neutral {
 			m.b.neutral.Add(1)
 			return
@@ -190,7 +221,7 @@ func (m *machine) done(g *gen, start time.Time, o outcome) {
 		m.b.successes.Add(1)
 		return
 	}
-	m.doneLocked(g, o, false)
+	m.doneLocked(g, o, o == slowCut)
 }
 
 func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
@@ -209,9 +240,10 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 	}
 	switch g.state {
 	case StateClosed:
-		if o == failure {
+		switch o {
+		case failure:
 			g.consec.Add(1)
-		} else {
+		case success:
 			g.consec.Store(0)
 		}
 		switch {

@@ -9,6 +9,8 @@ import (
 // StateChange is one transition of a breaker, as the receivers of an
 // adapter's state changes get it (grpcmw and httpmw's OnStateChange
 // options): which breaker, under which key, from and to which state, when.
+// It is a plain value, copied to each receiver; the zero StateChange
+// describes no transition.
 type StateChange struct {
 	Name     string    // the breaker's Settings.Name ("" if unnamed)
 	Key      string    // the key of the breaker's chain in a keyed set (per host, method, target or key); "" outside one
@@ -18,10 +20,17 @@ type StateChange struct {
 
 // notifier delivers state changes to OnStateChange and to the watchers
 // added since (keyed sets' receivers), with no breaker lock held, in the
-// order they happened. Transitions are queued under the breaker's lock;
-// whichever goroutine finds the queue non-empty and nobody draining it
-// delivers every queued change in order. A callback that itself causes a
-// transition only queues it: the drain loop delivers it next.
+// order they happened: for each change, OnStateChange first, then the
+// watchers in the order they were added. Transitions are queued under the
+// breaker's lock; whichever goroutine finds the queue non-empty and nobody
+// draining it delivers every queued change in order. A callback that
+// itself causes a transition only queues it: the drain loop delivers it
+// next.
+//
+// A callback that panics (or calls runtime.Goexit) ends the drain on its
+// goroutine and the panic goes on; it is not called again for that change,
+// and the other receivers get that change and the ones queued after it,
+// each exactly once, when the next event of the breaker drains the queue.
 type notifier struct {
 	fn     func(from, to State)
 	name   string
@@ -30,6 +39,7 @@ type notifier struct {
 	mu       sync.Mutex
 	watchers []watcher // replaced, never modified in place
 	q        []transition
+	next     int // the receiver of q[0] to call next: 0 for fn, i+1 for watchers[i]
 	draining bool
 }
 
@@ -43,20 +53,24 @@ type transition struct {
 	at       time.Time
 }
 
-// watch adds a receiver of the state changes from now on.
+// watch adds a receiver of the state changes from now on. A nil fn is
+// ignored.
 func (n *notifier) watch(key string, fn func(StateChange)) {
+	if fn == nil {
+		return
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.watchers = append(n.watchers[:len(n.watchers):len(n.watchers)], watcher{key, fn})
 	n.active.Store(true)
 }
 
-// push queues a transition. Callers may hold the breaker's lock.
-func (n *notifier) push(from, to State) {
+// push queues a transition that happened at at. Callers may hold the
+// breaker's lock.
+func (n *notifier) push(from, to State, at time.Time) {
 	if !n.active.Load() {
 		return
 	}
-	at := time.Now()
 	n.mu.Lock()
 	n.q = append(n.q, transition{from, to, at})
 	n.mu.Unlock()
@@ -73,30 +87,35 @@ func (n *notifier) deliver() {
 		return
 	}
 	n.draining = true
+	held := true
 	defer func() {
-		// Reached normally with n.mu held; after a panicking callback with
-		// it released, so the next deliver can go on.
-		if r := recover(); r != nil {
+		// n.mu is released if a callback panicked or called
+		// runtime.Goexit: the next deliver must be able to go on.
+		if !held {
 			n.mu.Lock()
-			n.draining = false
-			n.mu.Unlock()
-			panic(r)
 		}
 		n.draining = false
 		n.mu.Unlock()
 	}()
 	for len(n.q) > 0 {
-		t := n.q[0]
-		n.q = n.q[1:]
-		ws := n.watchers
-		n.mu.Unlock()
-		if n.fn != nil {
-			n.fn(t.from, t.to)
+		t, i, ws := n.q[0], n.next, n.watchers
+		if i > len(ws) {
+			n.q, n.next = n.q[1:], 0
+			continue
 		}
-		for _, w := range ws {
-			w.fn(StateChange{Name: n.name, Key: w.key, From: t.from, To: t.to, At: t.at})
+		n.next = i + 1 // before the call: a receiver that panics is not called again
+		if i == 0 && n.fn == nil {
+			continue
+		}
+		held = false
+		n.mu.Unlock()
+		if i == 0 {
+			n.fn(t.from, t.to)
+		} else {
+			ws[i-1].fn(StateChange{Name: n.name, Key: ws[i-1].key, From: t.from, To: t.to, At: t.at})
 		}
 		n.mu.Lock()
+		held = true
 	}
 	n.q = nil
 }

@@ -3,6 +3,7 @@ package breaker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -60,6 +61,51 @@ func TestOpenTimeoutGrowth(t *testing.T) {
 		if b.State() != breaker.StateHalfOpen {
 			t.Fatal("want half-open just after 30 s: the close reset the stay")
 		}
+	})
+}
+
+// TestOpenTimeoutGrowthSkipHalfOpen: with SkipHalfOpen, the close at the
+// end of a stay is provisional. Under a downstream that keeps failing the
+// stay grows 1 s, 2 s, 4 s, then stays at the 4 s cap; after the breaker
+// has stayed closed as long as the last stay it is 1 s again, and a trip
+// sooner than the last stay's length after a close doubles it.
+func TestOpenTimeoutGrowthSkipHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := mustNew(t, breaker.Settings{
+			ConsecutiveFailures: 1,
+			OpenTimeout:         time.Second,
+			MaxOpenTimeout:      4 * time.Second,
+			SkipHalfOpen:        true,
+		})
+		// stay trips the breaker with a failure and checks that it stays
+		// open exactly want, then closes.
+		stay := func(step string, want time.Duration) {
+			t.Helper()
+			if err := b.Do(ctx, fail); !errors.Is(err, errDown) {
+				t.Fatalf("%s: the call that trips: got %v, want the downstream's error", step, err)
+			}
+			time.Sleep(want)
+			if got := b.State(); got != breaker.StateOpen {
+				t.Fatalf("%s: state %v at %v, want open for %v", step, got, want, want)
+			}
+			time.Sleep(time.Nanosecond)
+			if got := b.State(); got != breaker.StateClosed {
+				t.Fatalf("%s: state %v just after %v, want closed: the stay was shorter or longer than %v", step, got, want, want)
+			}
+		}
+		for i, want := range []time.Duration{1, 2, 4, 4} {
+			stay(fmt.Sprintf("trip %d, failing", i+1), want*time.Second)
+		}
+		time.Sleep(4 * time.Second) // healthy, closed as long as the last stay
+		stay("after 4 s closed", time.Second)
+		time.Sleep(999 * time.Millisecond) // closed for less than the last stay
+		stay("999 ms after a 1 s stay", 2*time.Second)
+		for range 19 { // 1.9 s of successes: still less than 2 s
+			time.Sleep(100 * time.Millisecond)
+			_ = b.Do(ctx, ok)
+		}
+		stay("1.9 s after a 2 s stay", 4*time.Second)
 	})
 }
 
@@ -233,15 +279,15 @@ func TestHalfOpenQuota(t *testing.T) {
 		ctx := context.Background()
 		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 2, OpenTimeout: time.Second})
 		_ = b.Do(ctx, fail)
-		if err := b.Do(ctx, ok); err != breaker.ErrOpen {
-			t.Fatalf("got %v, want ErrOpen", err)
+		if err := b.Do(ctx, ok); !errors.Is(err, breaker.ErrOpen) || errors.Is(err, breaker.ErrTooManyProbes) {
+			t.Fatalf("got %v, want ErrOpen, not ErrTooManyProbes", err)
 		}
 		time.Sleep(2 * time.Second)
 		p1, err1 := b.Allow(ctx)
 		cctx, cancel := context.WithCancel(ctx)
 		p2, err2 := b.Allow(cctx)
 		_, err3 := b.Allow(ctx)
-		if err1 != nil || err2 != nil || err3 != breaker.ErrTooManyProbes || !errors.Is(err3, breaker.ErrOpen) {
+		if err1 != nil || err2 != nil || !errors.Is(err3, breaker.ErrTooManyProbes) || !errors.Is(err3, breaker.ErrOpen) {
 			t.Fatalf("got %v, %v, %v; want nil, nil, ErrTooManyProbes matching ErrOpen", err1, err2, err3)
 		}
 		cancel()

@@ -16,7 +16,9 @@ const (
 	// EngineGobreaker runs the breaker on github.com/sony/gobreaker/v2, the
 	// reference implementation. [New] rejects settings gobreaker cannot
 	// express (WindowCalls, SlowCall, SlowCallRate, MaxOpenTimeout,
-	// HalfOpenSuccesses below HalfOpenProbes, SkipHalfOpen).
+	// HalfOpenSuccesses below HalfOpenProbes, SkipHalfOpen), and counts it
+	// cannot hold: ConsecutiveFailures, HalfOpenProbes or MinCalls above
+	// math.MaxUint32.
 	EngineGobreaker
 )
 
@@ -79,6 +81,14 @@ type Settings struct {
 	// window.
 	MinCalls int
 	// SlowCall marks a success that took longer than this as slow (0: off).
+	// A call that ran longer than this and then returned an unmarked error
+	// after its caller's context deadline had passed (the deadline ended it:
+	// not a cancellation) counts as slow too, instead of neutral, so that a
+	// hung downstream still trips SlowCallRate when every caller's deadline
+	// is shorter than the hang. Such a call is neither a success nor a
+	// failure: it leaves the run of consecutive failures as it is, and
+	// Counts reports it as SlowUnanswered. A probe in half-open that its
+	// caller's deadline ended stays neutral.
 	SlowCall time.Duration
 	// SlowCallRate trips the breaker when slow/calls over the window reach it,
 	// in [0, 1]. Needs SlowCall.
@@ -90,7 +100,11 @@ type Settings struct {
 	OpenTimeout time.Duration
 	// MaxOpenTimeout, when above OpenTimeout, makes the stay double on each
 	// trip not followed by a close (30 s, 60 s, 120 s, …), capped at this;
-	// a close resets it. 0: the stay is always OpenTimeout.
+	// a close resets it. With SkipHalfOpen the close at the end of a stay
+	// is provisional: the stay goes back to OpenTimeout only once the
+	// breaker has stayed closed at least as long as the last stay without
+	// tripping, and a trip sooner doubles it again. 0: the stay is always
+	// OpenTimeout.
 	MaxOpenTimeout time.Duration
 	// HalfOpenProbes is the number of calls admitted in half-open
 	// (0: DefaultHalfOpenProbes).
@@ -100,7 +114,11 @@ type Settings struct {
 	// 0: HalfOpenProbes (gobreaker's rule: all probes must succeed).
 	HalfOpenSuccesses int
 	// SkipHalfOpen makes the breaker close at the end of the open stay with
-	// its window cleared, without probing (SEEDS C.4's breaker).
+	// its window cleared, without probing (SEEDS C.4's breaker). With
+	// MaxOpenTimeout, the stay keeps growing while the breaker trips again
+	// within the last stay's length of closing.
+	// SkipHalfOpen cannot be combined with HalfOpenProbes or
+	// HalfOpenSuccesses.
 	SkipHalfOpen bool
 
 	// IsFailure decides whether an error counts as a failure; false counts
@@ -109,16 +127,18 @@ type Settings struct {
 	// [Neutral], [Failure] or [NotFailure] (as the gRPC and HTTP adapters
 	// mark caller errors and the client's own conditions) counts as
 	// marked, and an unmarked error returned after the caller's own
-	// context is done is neutral.
+	// context is done is neutral (or slow: see SlowCall).
 	IsFailure func(error) bool
 	// IsExcluded marks errors that are neither success nor failure (for
-	// example a caller's invalid argument); checked after the marks and
-	// before IsFailure.
+	// example a caller's invalid argument); asked only about unmarked
+	// errors whose caller's context is not done, before IsFailure.
 	IsExcluded func(error) bool
 	// OnStateChange is called after each transition, with no lock held, in
 	// the order the transitions happened. It may call State and Counts. It
 	// may run on the goroutine of a call other than the one that caused the
-	// transition.
+	// transition. If it panics, the panic goes on in the call that was
+	// delivering the change, and the receivers still to be called get it
+	// at the breaker's next event.
 	OnStateChange func(from, to State)
 
 	// Engine selects the state machine (EngineNative by default).

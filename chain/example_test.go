@@ -36,7 +36,7 @@ func Example() {
 	})
 	fmt.Println(calls, err)
 	// Output:
-	// timeout(2s) → retry(3) → breaker(5 consecutive, open 10s) → timeout(300ms)
+	// timeout(2s) → retry(3) → breaker(5 consecutive, open 10s, 3 probes) → timeout(300ms)
 	// 0 findings
 	// 3 <nil>
 }

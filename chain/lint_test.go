@@ -59,7 +59,7 @@ func TestCanonicalChainIsClean(t *testing.T) {
 	if err != nil {
 		t.Fatalf("strict lint of the canonical order: %v", err)
 	}
-	want := "fallback(open) → timeout(5s) → retry(3) → breaker(5 consecutive, open 30s) → timeout(300ms)"
+	want := "fallback(open) → timeout(5s) → retry(3) → breaker(5 consecutive, open 30s, 3 probes) → timeout(300ms)"
 	if c.String() != want {
 		t.Errorf("String() = %q, want %q", c.String(), want)
 	}
