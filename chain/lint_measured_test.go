@@ -725,7 +725,7 @@ func TestMeasuredCG009(t *testing.T) {
 						if st := b.State(); st != breaker.StateHalfOpen {
 							t.Fatalf("state %v while the probe hangs, want half-open", st)
 						}
-						if err := c.Do(context.Background(), func(context.Context) error { return nil }); err == breaker.ErrTooManyProbes {
+						if err := c.Do(context.Background(), func(context.Context) error { return nil }); errors.Is(err, breaker.ErrTooManyProbes) {
 							rejected++
 						}
 					}
