@@ -221,7 +221,7 @@ func (r phaseRun) detection() time.Duration {
 	return -1
 }
 
-// TestAdaptiveBlackholeOpensBreaker is issue #21 end to end: after a
+// TestAdaptiveBlackholeOpensBreaker: after a
 // healthy warm-up, a 30 s blackhole; and the same blackhole after 30 s in
 // which 20 % of the answers hang. With the adaptive attempt timeout the
 // breaker must open as with the fixed one: as soon after it begins to
@@ -264,7 +264,7 @@ func TestAdaptiveBlackholeOpensBreaker(t *testing.T) {
 	}
 }
 
-// TestAdaptiveHangsInChain is issue #21 with 20 % of the answers hanging
+// TestAdaptiveHangsInChain: 20 % of the answers hanging
 // for 30 s after a healthy warm-up. The adaptive attempt timeout must
 // protect as the fixed one does: hung attempts are ended by the attempt
 // timeout, so that the retry tries again, and never a first or second

@@ -34,7 +34,12 @@ const (
 	RetryableFailure
 )
 
-// DefaultClassify is the default classification of status codes.
+// DefaultClassify is the default classification of status codes:
+// Unavailable, ResourceExhausted and DeadlineExceeded are retryable
+// failures (a ResourceExhausted is retried only after the server's
+// pushback: overload, a quota or a size limit would refuse the call again),
+// Internal, Unknown, DataLoss and Aborted failures, OK a success, and every
+// other code a caller error.
 func DefaultClassify(c codes.Code) Class {
 	switch c {
 	case codes.OK:

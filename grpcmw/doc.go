@@ -1,51 +1,78 @@
 // Package grpcmw runs gRPC client calls through a callguard chain: a unary
-// and a stream client interceptor.
+// and a stream client interceptor that share one configuration.
 //
 //	c, _ := chain.New(retryPolicy, breaker, attemptTimeout) // the canonical order
-//	conn, _ := grpc.NewClient(target, append(grpcmw.DialOptions(c,
-//		grpcmw.Idempotent("/pkg.Service/Get")), creds)...)
+//	ic, err := grpcmw.NewInterceptors(c, grpcmw.Idempotent(pb.Catalog_GetItem_FullMethodName))
+//	if err != nil {
+//		return err // an invalid option, by name
+//	}
+//	conn, _ := grpc.NewClient(target, append(ic.DialOptions(), creds)...)
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
 // per-attempt timeout (see package chain); the lint checks it.
+// [NewInterceptors] checks c and every option once; [DialOptions],
+// [UnaryClientInterceptor] and [StreamClientInterceptor] cannot return an
+// error, and make every call fail with it instead. The unary and stream
+// interceptors of one [NewInterceptors] or [DialOptions] share their chains:
+// with [PerMethod], [PerTarget] or [PerKey], one breaker per key sees unary
+// calls and streams alike.
 //
 // # What is a failure
 //
 // Status codes are classified (see [DefaultClassify]): Unavailable,
-// ResourceExhausted and DeadlineExceeded are failures worth retrying;
-// Internal, Unknown, DataLoss and Aborted are failures not retried; caller
-// errors (InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
-// Unauthenticated, FailedPrecondition, OutOfRange, Unimplemented, Canceled)
-// never trip a breaker and are never retried. The caller's own cancellation
-// is neutral. [Classify] overrides the table.
+// ResourceExhausted and DeadlineExceeded are failures worth retrying
+// (ResourceExhausted only when the server says when, with
+// grpc-retry-pushback-ms); Internal, Unknown, DataLoss and Aborted are
+// failures not retried; caller errors (InvalidArgument, NotFound,
+// AlreadyExists, PermissionDenied, Unauthenticated, FailedPrecondition,
+// OutOfRange, Unimplemented, Canceled) never trip a breaker and are never
+// retried. The caller's own cancellation is neutral; an attempt its
+// deadline ended counts as a failure if it had already run longer than a
+// healthy answer takes (see package chain), so impatient callers do not
+// blind the breaker. What the client causes itself — ClientConn.Close, a
+// request over the call's send size limit, one that does not marshal — is
+// neutral and not retried. No decision depends on an error's text.
+// [Classify] overrides the table.
 //
 // # What is retried
 //
-// Only idempotent methods: none by default; name them with [Idempotent], or
-// declare all with [AllIdempotent], or mark one call with
+// Only idempotent methods: none by default; name them with [Idempotent]
+// ("/package.Service/Method", as in the generated *_FullMethodName
+// constants), or declare all with [AllIdempotent], or mark one call with
 // [WithIdempotency]. A server's grpc-retry-pushback-ms trailer replaces the
 // backoff wait (negative: do not retry). [WithMaxAttempts] lowers the
-// attempts of one call.
+// attempts of one call. Before a wait, the retry asks the breakers whether
+// the next attempt could be admitted when it ends, and gives up at once if
+// not.
 //
 // grpc-go's own retry (from a service config) runs beneath all
-// interceptors, so its attempts multiply the chain's: [DialOptions] adds
-// grpc.WithDisableRetry. Use it, or disable one of the two yourself.
+// interceptors, so its attempts multiply the chain's: [DialOptions] and
+// [Interceptors.DialOptions] add grpc.WithDisableRetry.
 //
 // # Errors
 //
-// A breaker rejection is a status error with codes.Unavailable for which
-// errors.Is(err, breaker.ErrOpen) holds; a chain timeout is
-// codes.DeadlineExceeded matching timeout.ErrTimeout; otherwise the caller
-// gets the last attempt's own status error.
+// A call rejected by a breaker before any attempt is a status error with
+// codes.Unavailable for which errors.Is(err, breaker.ErrOpen) holds; when a
+// breaker ends the retries after an attempt, the caller gets that
+// attempt's own status, and errors.Is(err, breaker.ErrOpen) holds too. A
+// chain timeout is codes.DeadlineExceeded matching timeout.ErrTimeout;
+// otherwise the caller gets the last attempt's own status error.
+//
+// # Fallbacks
+//
+// A fallback in the chain answers a unary call by filling its reply,
+// which [Reply] gives it. Streams cannot be answered so: a chain with a
+// fallback is refused for streams ([UnaryOnly] accepts it for unary
+// calls only).
 //
 // # Streams
 //
-// The breakers admit each attempt at a stream and learn its final outcome
-// (io.EOF is a success). The soonest timeout of the chain, or what is left
-// of an overall one, bounds each attempt's creation and then the wait for
-// its first response message once the client has closed its send side (so
-// an upload, or a bidi call still sending, is not cut short); not the
-// stream's life. A timeout outside a breaker is neutral to it, as for unary
-// calls.
+// A stream applies the chain's retry, its breakers (nested chains
+// included) and its timeouts; a chain with anything else is refused for
+// streams, naming the policy. The breakers admit each attempt at a stream
+// and learn its final outcome (io.EOF is a success). The chain's timeouts
+// bound each attempt's creation, not the wait for its first message:
+// [FirstMessageTimeout] bounds that, as a failure inside every breaker.
 //
 // A stream is retried only before its first response message, once the
 // client has closed its send side (server-streaming calls always have), and
@@ -58,7 +85,5 @@
 //
 // The caller's own cancellation, ClientConn.Close and a send that fails on
 // the client's side (such as a message over grpc.MaxCallSendMsgSize) are
-// neutral to the breakers, whether or not the caller calls RecvMsg again;
-// for unary calls too, ClientConn.Close and size limits are neutral.
-// Fallbacks and opaque policies do not apply to streams.
+// neutral to the breakers, whether or not the caller calls RecvMsg again.
 package grpcmw

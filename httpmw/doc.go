@@ -2,7 +2,14 @@
 // http.RoundTripper:
 //
 //	c, _ := chain.New(retryPolicy, breaker, attemptTimeout) // the canonical order
-//	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
+//	tr, err := httpmw.New(http.DefaultTransport, c)
+//	if err != nil {
+//		return err // an invalid option, by name
+//	}
+//	client := &http.Client{Transport: tr}
+//
+// [New] checks every option once; [NewTransport] cannot return an error,
+// and makes every request fail with it instead.
 //
 // It keeps the RoundTripper contract: the caller's request is never
 // modified (an attempt under a context of its own, and every retry, sends a
@@ -21,8 +28,14 @@
 //
 // Transport errors, 5xx and 429 are failures; other statuses, 4xx included,
 // are answers from a healthy server and count as successes ([FailureIf]
-// overrides). When retries end on a failing status, the caller gets that
-// last response, as a normal response, not an error.
+// overrides). A body that fails mid-read is a failure too
+// ([CountBodyErrors]). What the client causes itself (a body it cannot
+// replay, a second attempt at once) is neutral. The caller's cancellation
+// is neutral; an attempt its deadline (http.Client.Timeout) ended counts as
+// a failure if it had already run longer than a healthy answer takes (see
+// package chain). When retries end on a failing status, the caller gets
+// that last response, as a normal response, not an error; if a breaker
+// ended them, the response carries [BreakerHeader].
 //
 // # What is retried
 //
@@ -38,11 +51,15 @@
 //
 // An attempt timeout in the chain bounds the whole exchange, body included:
 // the attempt's context is canceled when the returned body is closed, not
-// when RoundTrip returns.
+// when RoundTrip returns. A 101 Switching Protocols response passes through
+// unchanged, its body the connection. A discarded body is drained for at
+// most [DrainUpTo] bytes and [DrainTimeout].
 //
 // # Per host
 //
 // [PerHost] keeps a chain, hence breaker state, per host, bounded in number;
-// [PerKey] takes any key. [OnOpen] can answer a request the breaker rejects
-// (a stale cache, a default body).
+// [PerKey] takes any key; [OnStateChange] and [Transport.Breakers] say which
+// breaker is in which state. A fallback in the chain answers a failed
+// request with [Respond]; [OnOpen] answers only requests the breaker
+// rejected before any attempt.
 package httpmw
