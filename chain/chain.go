@@ -202,13 +202,14 @@ func (c *Chain) Policies() []Policy {
 	return ps
 }
 
-// Findings returns the warnings that did not block construction.
+// Findings returns the findings that did not block construction: warnings
+// and infos.
 func (c *Chain) Findings() []Finding {
 	return append([]Finding(nil), c.findings...)
 }
 
 // String renders the order, e.g.
-// "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s) → timeout(300ms)".
+// "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s, 3 probes) → timeout(300ms)".
 func (c *Chain) String() string { return c.desc }
 
 // Do runs call through the chain.

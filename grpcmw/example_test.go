@@ -17,8 +17,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
-// A gRPC client whose unary calls go through retry → breaker → attempt
-// timeout.
+// A gRPC client whose calls go through retry → breaker → attempt timeout.
 func Example() {
 	// A server to talk to: grpc-go's health service on loopback.
 	lis, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -32,12 +31,13 @@ func Example() {
 	attempt, _ := timeout.New(500 * time.Millisecond)
 	c, _ := chain.New(r, b, attempt)
 
+	ic, err := grpcmw.NewInterceptors(c, grpcmw.Idempotent(healthpb.Health_Check_FullMethodName))
+	if err != nil {
+		panic(err) // an invalid option, by name
+	}
+	// The interceptors, and grpc.WithDisableRetry: one retry layer, callguard's.
 	conn, err := grpc.NewClient(lis.Addr().String(),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithChainUnaryInterceptor(grpcmw.UnaryClientInterceptor(c,
-			grpcmw.Idempotent("/grpc.health.v1.Health/Check"))),
-		grpc.WithDisableRetry(), // one retry layer: callguard's
-	)
+		append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		panic(err)
 	}

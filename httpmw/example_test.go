@@ -1,14 +1,17 @@
 package httpmw_test
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
@@ -33,7 +36,11 @@ func Example() {
 	attempt, _ := timeout.New(2 * time.Second)
 	c, _ := chain.New(r, b, attempt)
 
-	client := &http.Client{Transport: httpmw.NewTransport(http.DefaultTransport, c)}
+	tr, err := httpmw.New(http.DefaultTransport, c)
+	if err != nil {
+		panic(err) // an invalid option, by name
+	}
+	client := &http.Client{Transport: tr}
 	resp, err := client.Get(srv.URL)
 	if err != nil {
 		panic(err)
@@ -42,4 +49,29 @@ func Example() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body), calls)
 	// Output: 200 hello 2
+}
+
+// A fallback in the chain answers a request that failed, with a response
+// of its own.
+func ExampleRespond() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+
+	stale, _ := fallback.New(func(ctx context.Context, err error) error {
+		return httpmw.Respond(ctx, &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("stale"))})
+	}, fallback.OnAnyFailure())
+	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 5})
+	c, _ := chain.New(stale, b)
+	tr, _ := httpmw.New(nil, c)
+
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	fmt.Println(resp.StatusCode, string(body))
+	// Output: 200 stale
 }
