@@ -31,7 +31,10 @@ func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // BenchmarkTransport is one successful GET through NewTransport with an
 // in-memory base, against the base alone (impl=base) and the base with a
-// 1 s context.WithTimeout per request (impl=base-deadline). Compare with
+// 1 s context.WithTimeout per request (impl=base-deadline); impl=callguard
+// counts the response when its body is done with (CountBodyErrors, the
+// default), impl=callguard-headers-only when its headers arrive. Compare
+// with
 //
 //	benchstat -col /impl out.txt
 func BenchmarkTransport(b *testing.B) {
@@ -67,6 +70,11 @@ func BenchmarkTransport(b *testing.B) {
 		{"base-deadline", func(*testing.B) http.RoundTripper { return canned{} }, true},
 		{"callguard-no-timeout", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, false)) }, false},
 		{"callguard", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, true)) }, false},
+		// The response counted when its headers arrive, not when its body
+		// is done with: what CountBodyErrors (on by default) costs.
+		{"callguard-headers-only", func(b *testing.B) http.RoundTripper {
+			return httpmw.NewTransport(canned{}, newChain(b, true), httpmw.CountBodyErrors(false))
+		}, false},
 	}
 	for _, im := range impls {
 		b.Run("impl="+im.name, func(b *testing.B) {
