@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -31,7 +32,7 @@ type exchange struct {
 	answer   *http.Response // a fallback's, from Respond
 
 	body    io.ReadCloser // the returned response's body
-	settled sync.Once     // the deferred permits are reported
+	settled atomic.Bool   // the deferred permits are reported
 	closed  sync.Once
 
 	mu   sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
@@ -142,12 +143,13 @@ func (x *exchange) Close() error {
 // read error is a failure (as FailureIf classifies it), the end of the
 // body or a Close a success.
 func (x *exchange) settle(err error) {
-	x.settled.Do(func() {
-		if err == io.EOF || err != nil && !x.t.cfg.failure(nil, err) {
-			err = nil
-		}
-		x.deferred.Done(err)
-	})
+	if !x.settled.CompareAndSwap(false, true) {
+		return
+	}
+	if err == io.EOF || err != nil && !x.t.cfg.failure(nil, err) {
+		err = nil
+	}
+	x.deferred.Done(err)
 }
 
 func permanentUnless(mayRetry bool, err error) error {

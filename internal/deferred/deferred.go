@@ -5,27 +5,23 @@
 // adapter reports them once the body is read or closed.
 package deferred
 
-import (
-	"sync"
+import "github.com/callguard/callguard/breaker"
 
-	"github.com/callguard/callguard/breaker"
-)
-
-// Set is the deferred permits of one call. It is safe for concurrent use;
-// the zero Set is empty.
+// Set is the deferred permits of one call. It is not safe for concurrent
+// use: the chain adds to it on the call's goroutine, and the adapter
+// reports it once, after the call has returned (an HTTP exchange hands the
+// response over to its caller in between, which orders the two). The zero
+// Set is empty.
 type Set struct {
-	mu    sync.Mutex
-	small [2]breaker.Permit
+	first breaker.Permit // the usual case: one breaker
 	n     int
 	more  []breaker.Permit
 }
 
 // Add keeps p until Done.
 func (s *Set) Add(p breaker.Permit) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.n < len(s.small) {
-		s.small[s.n] = p
+	if s.n == 0 {
+		s.first = p
 	} else {
 		s.more = append(s.more, p)
 	}
@@ -35,21 +31,16 @@ func (s *Set) Add(p breaker.Permit) {
 // Done reports err, the outcome of the call, to every permit kept, once,
 // and empties the set.
 func (s *Set) Done(err error) {
-	s.mu.Lock()
-	n, small, more := s.n, s.small, s.more
-	s.n, s.small, s.more = 0, [2]breaker.Permit{}, nil
-	s.mu.Unlock()
-	for i := range min(n, len(small)) {
-		small[i].Done(err)
+	if s.n == 0 {
+		return
 	}
+	first, more := s.first, s.more
+	*s = Set{}
+	first.Done(err)
 	for _, p := range more {
 		p.Done(err)
 	}
 }
 
 // Len returns the number of permits kept.
-func (s *Set) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.n
-}
+func (s *Set) Len() int { return s.n }
