@@ -62,6 +62,7 @@ var loopbackProtos = []loopbackProto{
 		{"plain", newHTTPPlain},
 		{"plain-deadline", withDeadline(newHTTPPlain)},
 		{"callguard", newHTTPCallguard},
+		{"callguard-headers-only", newHTTPCallguardHeadersOnly},
 		{"callguard-no-timeout", newHTTPCallguardNoTimeout},
 		{"failsafehttp", newHTTPFailsafe},
 		{"retryablehttp", newHTTPRetryablehttp},
@@ -143,6 +144,9 @@ func BenchmarkLoopbackPaired(b *testing.B) {
 		}
 		// callguard's own cost: against a plain call with the same deadline.
 		pairs = append(pairs, pair{impls["callguard"], impls["plain-deadline"]})
+		if hi, ok := impls["callguard-headers-only"]; ok {
+			pairs = append(pairs, pair{hi, impls["plain-deadline"]})
+		}
 		for _, pr := range pairs {
 			b.Run("proto="+p.name+"/impl="+pr.impl.name+"/vs="+pr.base.name, func(b *testing.B) {
 				benchPaired(b, pr.impl, pr.base)
@@ -317,6 +321,14 @@ func newHTTPPlain(_ testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 func newHTTPCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	tr := newBaseTransport()
 	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, fullChain(tb))})
+}
+
+// newHTTPCallguardHeadersOnly is the full chain counting a response when
+// its headers arrive (httpmw.CountBodyErrors(false)): what counting the
+// body costs, against newHTTPCallguard.
+func newHTTPCallguardHeadersOnly(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
+	tr := newBaseTransport()
+	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, fullChain(tb), httpmw.CountBodyErrors(false))})
 }
 
 // newHTTPCallguardNoTimeout is retry → breaker without an attempt timeout.

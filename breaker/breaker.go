@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"github.com/sony/gobreaker/v2"
 )
@@ -173,7 +172,7 @@ type Permit struct {
 	b     *Breaker
 	g     *gen
 	ctx   context.Context
-	start time.Time
+	start stamp
 	gdone func(error)
 }
 
@@ -248,11 +247,11 @@ func (p Permit) Abandon() {
 	p.b.record(p.g, p.start, p.gdone, neutral, context.Canceled)
 }
 
-func (b *Breaker) done(ctx context.Context, g *gen, start time.Time, gdone func(error), err error) {
+func (b *Breaker) done(ctx context.Context, g *gen, start stamp, gdone func(error), err error) {
 	b.record(g, start, gdone, b.classify(ctx, g, start, err), err)
 }
 
-func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, err error) {
+func (b *Breaker) record(g *gen, start stamp, gdone func(error), o outcome, err error) {
 	if g != nil {
 		b.m.done(g, start, o)
 		return
@@ -269,7 +268,7 @@ func (b *Breaker) record(g *gen, start time.Time, gdone func(error), o outcome, 
 func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
 	var (
 		g     *gen
-		start time.Time
+		start stamp
 		gdone func(error)
 		err   error
 	)

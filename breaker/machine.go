@@ -29,7 +29,8 @@ type machine struct {
 
 	probes, probeFailures atomic.Uint64
 
-	timed bool // SlowCall is on: calls need a start time
+	timed bool      // SlowCall is on: calls need a start time
+	epoch time.Time // what start stamps count from
 }
 
 type gen struct {
@@ -52,8 +53,9 @@ type gen struct {
 }
 
 func newMachine(b *Breaker) *machine {
-	m := &machine{b: b, s: &b.s, timed: b.s.SlowCall > 0}
-	m.cur.Store(m.newGen(StateClosed, time.Now()))
+	now := time.Now()
+	m := &machine{b: b, s: &b.s, timed: b.s.SlowCall > 0, epoch: now}
+	m.cur.Store(m.newGen(StateClosed, now))
 	return m
 }
 
@@ -72,25 +74,25 @@ func (m *machine) newGen(st State, now time.Time) *gen {
 
 // allow admits a call or rejects it. It returns the generation the call
 // belongs to and, with SlowCall on, its start time.
-func (m *machine) allow() (*gen, time.Time, error) {
+func (m *machine) allow() (*gen, stamp, error) {
 	g := m.cur.Load()
 	switch g.state {
 	case StateClosed:
-		var start time.Time
+		var start stamp
 		if m.timed {
-			start = time.Now()
+			start = m.stamp(time.Now())
 		}
 		return g, start, nil
 	case StateOpen:
 		if !g.expiry.Before(time.Now()) {
 			m.b.rejectedOpen.Add(1)
-			return nil, time.Time{}, g.rej
+			return nil, 0, g.rej
 		}
 	}
 	return m.allowLocked()
 }
 
-func (m *machine) allowLocked() (*gen, time.Time, error) {
+func (m *machine) allowLocked() (*gen, stamp, error) {
 	m.mu.Lock()
 	now := time.Now()
 	g := m.advance(now)
@@ -114,16 +116,16 @@ func (m *machine) allowLocked() (*gen, time.Time, error) {
 		// will not be made. It counts as neutral.
 		defer func() {
 			if r := recover(); r != nil {
-				m.done(g, now, neutral)
+				m.done(g, m.stamp(now), neutral)
 				panic(r)
 			}
 		}()
 	}
 	m.b.note.deliver()
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, 0, err
 	}
-	return g, now, nil
+	return g, m.stamp(now), nil
 }
 
 // advance ends an open stay that is over; the caller holds m.mu.
@@ -191,7 +193,7 @@ func (m *machine) openStay() time.Duration {
 }
 
 // done records the outcome of a call admitted in generation g.
-func (m *machine) done(g *gen, start time.Time, o outcome) {
+func (m *machine) done(g *gen, start stamp, o outcome) {
 	if g.state == StateClosed && (o == success || o == neutral) && g == m.cur.Load() {
 		if o == neutral {
 			m.b.neutral.Add(1)
@@ -200,7 +202,7 @@ func (m *machine) done(g *gen, start time.Time, o outcome) {
 		var now time.Time
 		if m.timed {
 			now = time.Now()
-			if now.Sub(start) > m.s.SlowCall {
+			if m.elapsed(start, now) > m.s.SlowCall {
 				m.doneLocked(g, o, true)
 				return
 			}
@@ -324,4 +326,15 @@ func (m *machine) fill(c *Counts) {
 	if g := m.cur.Load(); g.state == StateClosed {
 		c.ConsecutiveFailures = g.consec.Load()
 	}
+}
+
+// stamp is a call's start time, as the time since the machine's epoch (a
+// monotonic reading, in a word instead of a time.Time's three).
+type stamp int64
+
+func (m *machine) stamp(now time.Time) stamp { return stamp(now.Sub(m.epoch)) }
+
+// elapsed is how long before now a call stamped start began.
+func (m *machine) elapsed(start stamp, now time.Time) time.Duration {
+	return now.Sub(m.epoch) - time.Duration(start)
 }

@@ -27,7 +27,7 @@ const (
 // the user adds for other errors never overrides what the adapters
 // marked. NotFailure yields to the caller's end: an answer that came after
 // the caller left must not count as a success and break a run of failures.
-func (b *Breaker) classify(ctx context.Context, g *gen, start time.Time, err error) outcome {
+func (b *Breaker) classify(ctx context.Context, g *gen, start stamp, err error) outcome {
 	if err == nil {
 		return success
 	}
@@ -61,7 +61,7 @@ func (b *Breaker) classify(ctx context.Context, g *gen, start time.Time, err err
 // after it had run longer than SlowCall: on the native engine with
 // SlowCall set, in closed, such a call says the downstream is slow, as a
 // success slower than SlowCall does.
-func (b *Breaker) cutSlow(ctx context.Context, g *gen, start time.Time) bool {
+func (b *Breaker) cutSlow(ctx context.Context, g *gen, start stamp) bool {
 	if b.m == nil || !b.m.timed || g == nil || g.state != StateClosed {
 		return false
 	}
@@ -73,7 +73,7 @@ func (b *Breaker) cutSlow(ctx context.Context, g *gen, start time.Time) bool {
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return false // canceled before the deadline came
 	}
-	return now.Sub(start) > b.s.SlowCall
+	return b.m.elapsed(start, now) > b.s.SlowCall
 }
 
 // mark is how an error was marked by [Neutral], [Failure] or [NotFailure].

@@ -24,19 +24,16 @@ import (
 type exchange struct {
 	t        *Transport
 	req      *http.Request
-	mayRetry bool
-	attempts int
 	last     *http.Response
 	held     *chain.Held    // last's attempt context, if the chain made one
-	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
 	answer   *http.Response // a fallback's, from Respond
-
-	body    io.ReadCloser // the returned response's body
-	settled atomic.Bool   // the deferred permits are reported
-	closed  sync.Once
-
-	mu   sync.Mutex // held by the attempt in flight, and by RoundTrip after Do
-	over bool       // RoundTrip has its result: no more attempts
+	body     io.ReadCloser  // the returned response's body
+	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
+	attempts int
+	mu       sync.Mutex  // held by the attempt in flight, and by RoundTrip after Do
+	settled  atomic.Bool // the deferred permits are reported
+	mayRetry bool
+	over     bool // RoundTrip has its result: no more attempts
 }
 
 // The conditions of the client's own making: neutral to the breakers (they
@@ -135,7 +132,7 @@ func (x *exchange) Read(p []byte) (int, error) {
 func (x *exchange) Close() error {
 	x.settle(nil)
 	err := x.body.Close()
-	x.closed.Do(x.held.Release)
+	x.held.Release() // a Held may be released more than once
 	return err
 }
 

@@ -15,15 +15,18 @@ import "github.com/callguard/callguard/breaker"
 type Set struct {
 	first breaker.Permit // the usual case: one breaker
 	n     int
-	more  []breaker.Permit
+	more  *[]breaker.Permit // the others, rarely any
 }
 
 // Add keeps p until Done.
 func (s *Set) Add(p breaker.Permit) {
-	if s.n == 0 {
+	switch {
+	case s.n == 0:
 		s.first = p
-	} else {
-		s.more = append(s.more, p)
+	case s.more == nil:
+		s.more = &[]breaker.Permit{p}
+	default:
+		*s.more = append(*s.more, p)
 	}
 	s.n++
 }
@@ -37,8 +40,10 @@ func (s *Set) Done(err error) {
 	first, more := s.first, s.more
 	*s = Set{}
 	first.Done(err)
-	for _, p := range more {
-		p.Done(err)
+	if more != nil {
+		for _, p := range *more {
+			p.Done(err)
+		}
 	}
 }
 
