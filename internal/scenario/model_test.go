@@ -1,0 +1,87 @@
+package scenario
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// TestModelCalibration pins the model: a saturating load gets the capacity
+// Workers / MeanService out of it (within 3 %), and a lone caller sees the
+// lognormal's median and 99th percentile as its latency (within 10 %).
+func TestModelCalibration(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := Model
+		s.Queue = 1000
+		sim := s.Start()
+		defer sim.Stop()
+		done := make(chan struct{})
+		const callers = 60
+		start := time.Now()
+		for range callers {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for time.Since(start) < 100*time.Second {
+					_ = sim.Call(context.Background())
+				}
+			}()
+		}
+		for range callers {
+			<-done
+		}
+		got := float64(sim.Stats().Answered) / time.Since(start).Seconds()
+		if want := s.Capacity(); math.Abs(got-want) > 0.03*want {
+			t.Errorf("throughput at saturation: got %.1f/s, want %.1f/s (10 workers / %v) ± 3 %%", got, want, s.MeanService())
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		sim := Model.Start()
+		defer sim.Stop()
+		var lat []time.Duration
+		for range 20000 {
+			t0 := time.Now()
+			if err := sim.Call(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		slices.Sort(lat)
+		for _, q := range []struct {
+			q    float64
+			want time.Duration
+		}{{0.5, Model.Median}, {0.99, Model.P99}} {
+			if got := quantile(lat, q.q); math.Abs(float64(got-q.want)) > 0.1*float64(q.want) {
+				t.Errorf("latency p%v of a lone caller: got %v, want %v ± 10 %%", 100*q.q, got, q.want)
+			}
+		}
+	})
+}
+
+// TestRunNone runs each scenario with no protection, once, and checks what
+// a run must measure whatever the stack: the warm-up's goodput is the
+// offered load, nothing is rejected without reaching the downstream, one
+// call per request.
+func TestRunNone(t *testing.T) {
+	for _, sc := range Scenarios {
+		t.Run(sc.Name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				res, err := Run(Cell{Server: Model, Scenario: sc, Load: Loads[0], Seed: 1}, None)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rate := Loads[0].Rate
+				if math.Abs(res.Baseline-rate) > 0.1*rate {
+					t.Errorf("warm-up goodput: got %.1f/s, want the offered %.1f/s ± 10 %%", res.Baseline, rate)
+				}
+				if res.Detect != -1 || res.Amplification != 1 {
+					t.Errorf("detect %v, amplification %.2f; want none and 1", res.Detect, res.Amplification)
+				}
+				t.Logf("%s: %d successes of %d, fault %.1f/s, after %.1f/s, p50 %v p99 %v, recover %v, wasted %v, queue %.1f (max %d), metastable %t",
+					sc.Name, res.Successes, res.Requests, res.GoodputFault, res.GoodputAfter, res.P50, res.P99, res.Recover, res.Wasted, res.QueueMean, res.QueueMax, res.Metastable)
+			})
+		})
+	}
+}

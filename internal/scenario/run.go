@@ -1,0 +1,152 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Stack is what runs a request's calls to the downstream: a resilience
+// stack under test, or none. call may be made several times (retries), at
+// once (hedges), or not at all (a rejection).
+type Stack interface {
+	Do(ctx context.Context, call func(context.Context) error) error
+}
+
+// StackFunc makes a function a Stack.
+type StackFunc func(ctx context.Context, call func(context.Context) error) error
+
+// Do calls f.
+func (f StackFunc) Do(ctx context.Context, call func(context.Context) error) error { return f(ctx, call) }
+
+// None is no protection: one call per request.
+var None Stack = StackFunc(func(ctx context.Context, call func(context.Context) error) error { return call(ctx) })
+
+// Load is how callers use the downstream.
+type Load struct {
+	Name string
+	// Rate makes an open loop: requests arrive as a Poisson process at
+	// this many per second, whatever happens to the earlier ones.
+	Rate float64
+	// Callers makes a closed loop (with Rate 0): each caller makes a
+	// request, and starts the next when it ends and at least Pace after
+	// the previous one started.
+	Callers int
+	Pace    time.Duration
+	// Deadline is each request's deadline: the caller's patience.
+	Deadline time.Duration
+}
+
+// Scenario is a fault over time. The run has a healthy warm-up until
+// Start, the fault from Start for Length, and is measured until Start +
+// Horizon.
+type Scenario struct {
+	Name   string
+	Fault  func(since time.Duration) Fault // since the fault started, for since in [0, Length)
+	Start  time.Duration
+	Length time.Duration
+	// Horizon is how long after Start the run is measured (its headline:
+	// successes from the fault's start to Start + Horizon).
+	Horizon time.Duration
+	// Healed is when, from Start, the downstream itself is healthy again:
+	// its own recovery, against which a stack's is judged.
+	Healed time.Duration
+	// Queue, if not 0, replaces the server's queue length.
+	Queue int
+}
+
+// Cell is one run: a server, a scenario, a load, a seed.
+type Cell struct {
+	Server   Server
+	Scenario Scenario
+	Load     Load
+	Seed     uint64
+}
+
+// request is what one request did.
+type request struct {
+	start, end time.Duration // since the run started
+	ok         bool
+	calls      int32 // downstream calls it made
+}
+
+// Run runs the cell's load through stack against the cell's server, and
+// measures it. It takes its time from the standard library only: run it
+// inside a testing/synctest bubble for virtual time (a 75 s run then takes
+// a fraction of a second), with the stack made inside the bubble too.
+func Run(cell Cell, stack Stack) (Result, error) {
+	sc, ld := cell.Scenario, cell.Load
+	switch {
+	case sc.Fault == nil || sc.Horizon <= 0 || sc.Start <= 0:
+		return Result{}, errors.New("scenario: Run needs a Scenario with a Fault, a Start and a Horizon")
+	case ld.Deadline <= 0 || (ld.Rate <= 0 && (ld.Callers <= 0 || ld.Pace <= 0)):
+		return Result{}, errors.New("scenario: Run needs a Load with a Deadline, and a Rate or Callers and a Pace")
+	}
+	srv := cell.Server
+	srv.Seed = cell.Seed
+	if sc.Queue > 0 {
+		srv.Queue = sc.Queue
+	}
+	srv.Fault = func(at time.Duration) Fault {
+		if at < sc.Start || at >= sc.Start+sc.Length {
+			return Fault{}
+		}
+		return sc.Fault(at - sc.Start)
+	}
+	sim := srv.Start()
+	defer sim.Stop()
+
+	t0 := time.Now()
+	end := sc.Start + sc.Horizon
+	var (
+		mu   sync.Mutex
+		reqs []request
+		wg   sync.WaitGroup
+	)
+	one := func() {
+		defer wg.Done()
+		r := request{start: time.Since(t0)}
+		ctx, cancel := context.WithTimeout(context.Background(), ld.Deadline)
+		var calls atomic.Int32
+		err := stack.Do(ctx, func(ctx context.Context) error {
+			calls.Add(1)
+			return sim.Call(ctx)
+		})
+		cancel()
+		r.end, r.ok, r.calls = time.Since(t0), err == nil, calls.Load()
+		mu.Lock()
+		reqs = append(reqs, r)
+		mu.Unlock()
+	}
+	rng := rand.New(rand.NewPCG(cell.Seed, 0x10ad))
+	if ld.Rate > 0 {
+		for {
+			time.Sleep(time.Duration(rng.ExpFloat64() / ld.Rate * float64(time.Second)))
+			if time.Since(t0) >= end {
+				break
+			}
+			wg.Add(1)
+			go one()
+		}
+	} else {
+		for c := range ld.Callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				// Callers start spread over one pace, not all at once.
+				time.Sleep(ld.Pace * time.Duration(c) / time.Duration(ld.Callers))
+				for time.Since(t0) < end {
+					next := time.Now().Add(ld.Pace)
+					wg.Add(1)
+					one()
+					time.Sleep(time.Until(next))
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	return measure(sc, reqs, sim), nil
+}

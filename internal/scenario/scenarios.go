@@ -1,0 +1,72 @@
+package scenario
+
+import "time"
+
+// The model of the protection benchmark: a downstream of 10 workers with
+// lognormal service times (p50 20 ms, p99 200 ms: a mean of 32.6 ms, so a
+// capacity of about 307 requests a second), a queue of 50, deaf to
+// callers that gave up. Scenarios warm up healthy for 20 s, then the fault
+// starts; each is measured for 60 s from the fault's start.
+var Model = Server{Workers: 10, Queue: 50, Median: 20 * time.Millisecond, P99: 200 * time.Millisecond, Deaf: true}
+
+const (
+	warmUp  = 20 * time.Second
+	horizon = 60 * time.Second
+)
+
+// Scenarios are the faults of the protection benchmark.
+var Scenarios = []Scenario{
+	{
+		Name:  "outage", // every request refused at once for 30 s
+		Fault: func(time.Duration) Fault { return Fault{Down: true} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "blackhole", // every answer hangs for 30 s
+		Fault: func(time.Duration) Fault { return Fault{Hang: 1} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "hang20", // 20 % of the answers hang for 30 s
+		Fault: func(time.Duration) Fault { return Fault{Hang: 0.2} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "capacity30-shallow", // 30 % of the capacity for 30 s, a queue of 10
+		Fault: func(time.Duration) Fault { return Fault{Capacity: 0.3} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+		Queue: 10,
+	},
+	{
+		Name:  "capacity30-deep", // the same with a queue of 1000: the metastability probe
+		Fault: func(time.Duration) Fault { return Fault{Capacity: 0.3} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+		Queue: 1000,
+	},
+	{
+		Name: "ramp", // down for 10 s, then errors falling from 100 % to 0 over 20 s
+		Fault: func(since time.Duration) Fault {
+			if since < 10*time.Second {
+				return Fault{Down: true}
+			}
+			return Fault{Errors: 1 - float64(since-10*time.Second)/float64(20*time.Second)}
+		},
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon,
+		Healed: 29 * time.Second, // errors at 5 % and below
+	},
+	{
+		Name: "flapping", // down 5 s, up 5 s, four times
+		Fault: func(since time.Duration) Fault {
+			return Fault{Down: since%(10*time.Second) < 5*time.Second}
+		},
+		Start: warmUp, Length: 35 * time.Second, Horizon: horizon, Healed: 35 * time.Second,
+	},
+}
+
+// Loads are the loads of the protection benchmark: an open loop at 60 % of
+// the model's capacity, and a closed loop of 20 callers; each request has
+// a 1 s deadline.
+var Loads = []Load{
+	{Name: "open60", Rate: 0.6 * Model.Capacity(), Deadline: time.Second},
+	{Name: "closed20", Callers: 20, Pace: 100 * time.Millisecond, Deadline: time.Second},
+}
