@@ -20,7 +20,9 @@ type Stack interface {
 type StackFunc func(ctx context.Context, call func(context.Context) error) error
 
 // Do calls f.
-func (f StackFunc) Do(ctx context.Context, call func(context.Context) error) error { return f(ctx, call) }
+func (f StackFunc) Do(ctx context.Context, call func(context.Context) error) error {
+	return f(ctx, call)
+}
 
 // None is no protection: one call per request.
 var None Stack = StackFunc(func(ctx context.Context, call func(context.Context) error) error { return call(ctx) })
