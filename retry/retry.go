@@ -124,8 +124,13 @@ func RetryIf(retryable func(error) bool) Option {
 }
 
 // RetryWhenOpen keeps retrying when a breaker rejects an attempt with
-// breaker.ErrOpen. Each rejection then costs a backoff wait for nothing; a
-// chain's lint flags a retry with this option outside a breaker.
+// breaker.ErrOpen, even when it will still be open after the wait. Each
+// such rejection then costs a backoff wait for nothing; a chain's lint
+// flags a retry with this option outside a breaker. And when an attempt's
+// failure opens a breaker inside the retry, the retry waits until the
+// breaker admits again, rather than give up (ReasonOpen). Without it, a
+// retry gives up at once on ErrOpen unless the breaker may admit the next
+// attempt by the end of the wait.
 func RetryWhenOpen() Option {
 	return optionFunc(func(c *config) { c.whenOpen = true })
 }
@@ -252,6 +257,15 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 		if !p.retryable(ctx, err) {
 			return err
 		}
+		// A breaker rejected the attempt. Without RetryWhenOpen, give up at
+		// once, unless the breaker says it may admit the next attempt by
+		// the end of the wait (checked below): its open stay ends by then,
+		// or it is half-open and only its probe quota was used up.
+		var open *breaker.OpenError
+		rejected := !p.whenOpen && errors.Is(err, breaker.ErrOpen)
+		if rejected && !errors.As(err, &open) {
+			return err
+		}
 		if attempt >= p.attempts {
 			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonAttempts}
 		}
@@ -273,6 +287,9 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			}
 		}
 		now := time.Now()
+		if rejected && !open.Probes && (open.Until.IsZero() || now.Add(wait).Before(open.Until)) {
+			return err // still open when the wait ends
+		}
 		// The attempt after the wait would be rejected by a breaker inside
 		// that is open (this attempt's failure may just have opened it):
 		// give up now rather than wait for the rejection, or, retrying
@@ -358,9 +375,6 @@ func (p *Policy) retryable(ctx context.Context, err error) bool {
 	}
 	var perm *backoff.PermanentError
 	if errors.As(err, &perm) {
-		return false
-	}
-	if !p.whenOpen && errors.Is(err, breaker.ErrOpen) {
 		return false
 	}
 	return p.retryIf == nil || p.retryIf(err)

@@ -396,3 +396,40 @@ func TestHugeWaits(t *testing.T) {
 		})
 	}
 }
+
+// TestRejectionRetriedWhenAdmittedAfterWait: a breaker's rejection says
+// when it admits again; a retry gives up at once when the breaker will
+// still be open after its wait, and tries again when the stay ends by then
+// (it gave up on every rejection).
+func TestRejectionRetriedWhenAdmittedAfterWait(t *testing.T) {
+	for _, tc := range []struct {
+		wait      time.Duration
+		wantCalls int
+		wantTook  time.Duration
+	}{
+		{100 * time.Millisecond, 0, 0},                      // open 150 ms: still open after the wait
+		{200 * time.Millisecond, 1, 200 * time.Millisecond}, // open until 150 ms: admitted after the wait
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			b, err := breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: 150 * time.Millisecond, HalfOpenProbes: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = b.Do(context.Background(), func(context.Context) error { return errors.New("down") }) // opens it
+			r, err := retry.New(retry.MaxAttempts(2), retry.Constant(tc.wait), retry.Jitter(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			start := time.Now()
+			err = r.Do(context.Background(), func(ctx context.Context) error {
+				return b.Do(ctx, func(context.Context) error { calls++; return nil })
+			})
+			took := time.Since(start)
+			wantErr := tc.wantCalls == 0
+			if calls != tc.wantCalls || took != tc.wantTook || (err != nil) != wantErr || wantErr && !errors.Is(err, breaker.ErrOpen) {
+				t.Errorf("wait %v: %d calls after %v, %v; want %d after %v", tc.wait, calls, took, err, tc.wantCalls, tc.wantTook)
+			}
+		})
+	}
+}

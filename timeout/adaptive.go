@@ -147,7 +147,12 @@ func (t *tracker) record(d time.Duration) {
 		}
 	}
 	s.counts[bucket(d)].Add(1)
-	if t.records.Add(1)&(1<<recomputeLog-1) == 0 {
+	// Every 64 records; and at once for an answer that came close to the
+	// timeout (past 2/3 of it), which a shifting distribution (a slower
+	// downstream, more load) makes common and a steady one rare: the
+	// timeout follows a brownout within a few answers instead of cutting
+	// the calls that would have succeeded meanwhile.
+	if t.records.Add(1)&(1<<recomputeLog-1) == 0 || 3*d > 2*t.current() {
 		t.recompute(e)
 	}
 }

@@ -229,3 +229,32 @@ func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 		}
 	})
 }
+
+// TestAdaptiveFollowsAShiftAtOnce: answers that come close to the timeout
+// (past 2/3 of it) make it recompute at once, not every 64 answers: after
+// a steady 180 ms (a timeout of 270 ms), answers at 250 ms raise it within
+// a few of them.
+func TestAdaptiveFollowsAShiftAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 0.99}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer := func(d time.Duration) {
+			_ = p.Do(context.Background(), func(ctx context.Context) error {
+				time.Sleep(d)
+				return nil
+			})
+		}
+		for range 200 {
+			answer(180 * time.Millisecond)
+		}
+		steady := p.Timeout()
+		for range 5 {
+			answer(250 * time.Millisecond)
+		}
+		if got := p.Timeout(); got <= steady || steady > 300*time.Millisecond {
+			t.Errorf("after 200 answers at 180ms the timeout is %v; after 5 at 250ms, %v: want it higher at once", steady, got)
+		}
+	})
+}

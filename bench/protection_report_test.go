@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/callguard/callguard/internal/scenario"
+)
+
+// sweep is every stack's runs in every cell.
+type sweep struct {
+	cells []sweepCell
+}
+
+type sweepCell struct {
+	scenario scenario.Scenario
+	load     scenario.Load
+	runs     []cellRuns
+}
+
+func runSweep(t *testing.T) sweep {
+	var s sweep
+	defs := stacks()
+	for _, sc := range scenario.Scenarios {
+		for _, ld := range scenario.Loads {
+			c := sweepCell{scenario: sc, load: ld, runs: make([]cellRuns, len(defs))}
+			for i, def := range defs {
+				c.runs[i] = cellRuns{stack: def, results: make([]scenario.Result, len(seeds))}
+			}
+			s.cells = append(s.cells, c)
+		}
+	}
+	// Every run in a bubble of its own, as many at once as there are CPUs.
+	t.Run("runs", func(t *testing.T) {
+		for _, c := range s.cells {
+			for _, r := range c.runs {
+				for k, seed := range seeds {
+					t.Run(fmt.Sprintf("%s/%s/%s/%d", c.scenario.Name, c.load.Name, r.stack.name, seed), func(t *testing.T) {
+						t.Parallel()
+						r.results[k] = runOne(t, scenario.Cell{Server: scenario.Model, Scenario: c.scenario, Load: c.load, Seed: seed}, r.stack)
+					})
+				}
+			}
+		}
+	})
+	return s
+}
+
+// find returns the runs of the stack named name.
+func (c sweepCell) find(name string) (cellRuns, bool) {
+	for _, r := range c.runs {
+		if r.stack.name == name {
+			return r, true
+		}
+	}
+	return cellRuns{}, false
+}
+
+func successes(r scenario.Result) float64 { return float64(r.Successes) }
+
+// compare says whether a beats b on successes: "win" if a's worst seed is
+// above b's best, "loss" if a's best is below b's worst, "tie" otherwise
+// (within the seeds' spread).
+func compare(a, b cellRuns) string {
+	_, alo, ahi := a.stat(successes)
+	_, blo, bhi := b.stat(successes)
+	switch {
+	case alo > bhi:
+		return "win"
+	case ahi < blo:
+		return "loss"
+	}
+	return "tie"
+}
+
+func secs(v float64) string {
+	if v < 0 {
+		return "never"
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+// tables renders the sweep as Markdown.
+func (s sweep) tables() string {
+	var b strings.Builder
+	for _, c := range s.cells {
+		fmt.Fprintf(&b, "\n### %s, %s\n\n", c.scenario.Name, c.load.Name)
+		b.WriteString("| stack | successes (median [range]) | goodput in fault / after | amplification | p50 / p99 | detect | recover (healed at " + fmt.Sprint(c.scenario.Healed) + ") | wasted | queue | metastable |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, r := range c.runs {
+			med, lo, hi := r.stat(successes)
+			gf, _, _ := r.stat(metrics[1].f)
+			ga, _, _ := r.stat(metrics[2].f)
+			amp, _, _ := r.stat(metrics[3].f)
+			p50, _, _ := r.stat(metrics[4].f)
+			p99, _, _ := r.stat(metrics[5].f)
+			det, _, _ := r.stat(metrics[6].f)
+			rec, _, _ := r.stat(metrics[7].f)
+			wst, _, _ := r.stat(metrics[8].f)
+			q, _, _ := r.stat(metrics[9].f)
+			meta, _, _ := r.stat(metrics[10].f)
+			fmt.Fprintf(&b, "| %s | %.0f [%.0f–%.0f] | %.1f / %.1f /s | %.2f | %.0f / %.0f ms | %s | %s | %.1f s | %.1f | %s |\n",
+				r.stack.name, med, lo, hi, gf, ga, amp, p50, p99, secs(det), secs(rec), wst, q, map[bool]string{true: "yes", false: "no"}[meta > 0])
+		}
+	}
+	b.WriteString("\n### callguard against each peer (successes, wins / losses / ties over the cells)\n\n")
+	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "none", "naive-retry"} {
+		w, l, tie := 0, 0, 0
+		var lost []string
+		for _, c := range s.cells {
+			a, ok1 := c.find("callguard")
+			p, ok2 := c.find(peer)
+			if !ok1 || !ok2 {
+				continue
+			}
+			switch compare(a, p) {
+			case "win":
+				w++
+			case "loss":
+				l++
+				lost = append(lost, c.scenario.Name+"/"+c.load.Name)
+			default:
+				tie++
+			}
+		}
+		fmt.Fprintf(&b, "- vs %s: %d wins, %d losses, %d ties", peer, w, l, tie)
+		if len(lost) > 0 {
+			fmt.Fprintf(&b, " (lost: %s)", strings.Join(lost, ", "))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("\n### Configurations\n\n")
+	for _, d := range stacks() {
+		fmt.Fprintf(&b, "- **%s**: %s\n", d.name, d.config)
+	}
+	return b.String()
+}

@@ -1,0 +1,32 @@
+package callguard_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+// TestRecommendedChainsAreClean builds the chains README.md and
+// docs/ordering.md recommend, as written there, and lints them strictly:
+// the docs must not recommend what the lint warns about.
+func TestRecommendedChainsAreClean(t *testing.T) {
+	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second))
+	b, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2})
+	attempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
+	}))
+	if _, err := (chain.Options{Strict: true}).New(r, b, attempt); err != nil {
+		t.Errorf("README's chain: %v", err)
+	}
+	fb, _ := fallback.New(func(context.Context, error) error { return nil })
+	overall, _ := timeout.New(3500 * time.Millisecond)
+	if _, err := (chain.Options{Strict: true}).New(fb, overall, r, b, attempt); err != nil {
+		t.Errorf("docs/ordering.md's chain: %v", err)
+	}
+}
