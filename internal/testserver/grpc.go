@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,6 +38,9 @@ type GRPCAnswer struct {
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
 	FailAtEnd  bool          // an upload: read every message, then fail with Code
+	// Deaf (Check): the Delay runs to its end even if the client has gone;
+	// a call whose client had gone by then counts in Wasted.
+	Deaf bool
 }
 
 func (a GRPCAnswer) message() string {
@@ -50,6 +54,8 @@ func (a GRPCAnswer) message() string {
 type GRPC struct {
 	Addr     string // host:port for a TCP server, "bufconn" otherwise
 	Received atomic.Int64
+	Wasted   atomic.Int64 // deaf answers finished after their client had gone
+	handlers sync.WaitGroup
 	srv      *grpc.Server
 	lis      *bufconn.Listener
 	answer   func(n int64, method string) GRPCAnswer
@@ -94,8 +100,12 @@ func (s *GRPC) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	return grpc.NewClient("passthrough:///"+s.Addr, opts...)
 }
 
-// Stop stops the server at once.
-func (s *GRPC) Stop() { s.srv.Stop() }
+// Stop stops the server at once, and waits for its Check handlers (a deaf
+// one runs its Delay to the end).
+func (s *GRPC) Stop() {
+	s.srv.Stop()
+	s.handlers.Wait()
+}
 
 type health struct {
 	healthpb.UnimplementedHealthServer
@@ -115,11 +125,19 @@ func (h *health) answer(ctx context.Context, method string) (GRPCAnswer, error) 
 }
 
 func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.s.handlers.Add(1)
+	defer h.s.handlers.Done()
 	a, err := h.answer(ctx, MethodCheck)
 	if err != nil {
 		return nil, err
 	}
-	if !sleep(ctx, a.Delay) {
+	if a.Deaf {
+		time.Sleep(a.Delay)
+		if ctx.Err() != nil {
+			h.s.Wasted.Add(1)
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	} else if !sleep(ctx, a.Delay) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	if a.Code != codes.OK {

@@ -19,6 +19,9 @@ type HTTPAnswer struct {
 	RetryAfter string        // a Retry-After header
 	Body       string
 	BodyDelay  time.Duration // between the headers and the body
+	// Deaf: the Delay runs to its end even if the client has gone; a
+	// request whose client had gone by then counts in Wasted.
+	Deaf bool
 }
 
 // HTTP is a loopback HTTP server.
@@ -27,6 +30,7 @@ type HTTP struct {
 	Received    atomic.Int64 // requests received
 	Finished    atomic.Int64 // requests answered in full
 	Connections atomic.Int64 // connections opened by clients
+	Wasted      atomic.Int64 // deaf answers finished after their client had gone
 	answer      func(n int64, r *http.Request, body []byte) HTTPAnswer
 }
 
@@ -59,7 +63,13 @@ func (s *HTTP) serve(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		return
 	}
-	if !sleep(r.Context(), a.Delay) {
+	if a.Deaf {
+		time.Sleep(a.Delay)
+		if r.Context().Err() != nil {
+			s.Wasted.Add(1)
+			return
+		}
+	} else if !sleep(r.Context(), a.Delay) {
 		return
 	}
 	if a.RetryAfter != "" {
