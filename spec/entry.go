@@ -1,0 +1,139 @@
+package spec
+
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"go.yaml.in/yaml/v3"
+)
+
+// entry is one policy of the chain: its constructor's arguments, from
+// which build makes a new policy each time.
+type entry struct {
+	line    int    // of the policy's name
+	path    string // chain[i].name
+	retry   *retryArgs
+	breaker *breaker.Settings
+	timeout *timeoutArgs
+}
+
+func (e entry) build() (chain.Policy, error) {
+	var (
+		p   chain.Policy
+		err error
+	)
+	switch {
+	case e.retry != nil:
+		var r *retry.Policy
+		if r, err = e.retry.build(); err == nil {
+			p = r
+		}
+	case e.breaker != nil:
+		var b *breaker.Breaker
+		if b, err = breaker.New(*e.breaker); err == nil {
+			p = b
+		}
+	case e.timeout != nil:
+		var t *timeout.Policy
+		if t, err = e.timeout.build(); err == nil {
+			p = t
+		}
+	default:
+		err = errors.New("no policy")
+	}
+	if err != nil {
+		return nil, &Error{Line: e.line, Path: e.path, Err: err}
+	}
+	return p, nil
+}
+
+var policyNames = []string{"timeout", "retry", "breaker"}
+
+// decodeEntry reads one item of chain: a mapping of exactly one policy.
+func decodeEntry(n *yaml.Node, path string) (entry, error) {
+	if n.Kind != yaml.MappingNode {
+		return entry{}, errorf(n, path, "expected one policy (a mapping with one of %s), got %s", strings.Join(policyNames, ", "), describe(n))
+	}
+	switch len(n.Content) / 2 {
+	case 0:
+		return entry{}, errorf(n, path, "no policy: an entry is one of %s", strings.Join(policyNames, ", "))
+	case 1:
+	default:
+		var names []string
+		for i := 0; i < len(n.Content); i += 2 {
+			names = append(names, deref(n.Content[i]).Value)
+		}
+		return entry{}, errorf(deref(n.Content[2]), path, "%d policies (%s) in one entry: an entry is exactly one policy; give each its own entry, outermost first", len(names), strings.Join(names, ", "))
+	}
+	k, v := deref(n.Content[0]), deref(n.Content[1])
+	name := k.Value
+	e := entry{line: k.Line, path: join(path, name)}
+	var err error
+	switch {
+	case k.Kind != yaml.ScalarNode:
+		return entry{}, errorf(k, path, "a policy's name must be a word, got %s", describe(k))
+	case name == "fallback":
+		return entry{}, errorf(k, e.path, "a fallback needs code (its answer is a Go function), so it cannot be in a file: "+
+			"build the chain with the fallback outermost from Spec.Policies and Spec.Options")
+	case name == "retry":
+		e.retry, err = decodeRetry(k, v, e.path)
+	case name == "breaker":
+		e.breaker, err = decodeBreaker(k, v, e.path)
+	case name == "timeout":
+		e.timeout, err = decodeTimeout(k, v, e.path)
+	default:
+		return entry{}, errorf(k, e.path, "unknown policy; a policy is one of %s%s", strings.Join(policyNames, ", "), suggest(name, policyNames))
+	}
+	return e, err
+}
+
+// decodeLint reads the lint's options.
+func decodeLint(n *yaml.Node, path string) (chain.Options, error) {
+	var o chain.Options
+	m, err := mapOf(n, path, "lint", "strict", "ignore", "maxDetection", "downstreamRecovery")
+	if err != nil {
+		return o, err
+	}
+	if v := m.val("strict"); v != nil {
+		if o.Strict, err = boolean(v, join(path, "strict")); err != nil {
+			return o, err
+		}
+	}
+	if v := m.val("maxDetection"); v != nil {
+		if o.MaxDetection, err = duration(v, join(path, "maxDetection")); err != nil {
+			return o, err
+		}
+	}
+	if v := m.val("downstreamRecovery"); v != nil {
+		if o.DownstreamRecovery, err = duration(v, join(path, "downstreamRecovery")); err != nil {
+			return o, err
+		}
+	}
+	if v := m.val("ignore"); v != nil {
+		p := join(path, "ignore")
+		items, err := list(v, p, "lint codes")
+		if err != nil {
+			return o, err
+		}
+		var codes []string
+		for _, r := range chain.Rules() {
+			codes = append(codes, r.Code)
+		}
+		for i, item := range items {
+			code, err := text(item, index(p, i))
+			if err != nil {
+				return o, err
+			}
+			if !slices.Contains(codes, code) {
+				return o, errorf(item, index(p, i), "%q is not a lint code (%s…%s: see chain.Rules)%s", code, codes[0], codes[len(codes)-1], suggest(code, codes))
+			}
+			o.Ignore = append(o.Ignore, code)
+		}
+	}
+	return o, nil
+}
