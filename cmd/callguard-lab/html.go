@@ -1,0 +1,495 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"html/template"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// writeHTML writes the report to dir/index.html: one self-contained page
+// (inline CSS and SVG, nothing fetched) with the run's header, every table
+// with its setup, configurations, lint findings, notes and verdict, and a
+// picture of every timeline.
+//
+// The page is XHTML-compatible markup served as HTML: every element is
+// closed, every attribute quoted, and only numeric character references
+// are used, so it parses as XML once its DOCTYPE line is removed.
+func writeHTML(dir string, r *Report) error {
+	if r == nil {
+		return errors.New("--report: no report")
+	}
+	var b bytes.Buffer
+	if err := pageTemplate.Execute(&b, newPage(r)); err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "index.html"), b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("--report: %w", err)
+	}
+	return nil
+}
+
+// page is what the template shows: the report, already turned into text
+// and SVG geometry.
+type page struct {
+	Mode, Proto        string
+	Started, StartedTS string
+	Elapsed            string
+	Passed, Failed     int
+	Tables             []htmlTable
+	Timelines          []svgTimeline
+}
+
+type htmlTable struct {
+	Anchor      string
+	ID, Title   string
+	Proto       string
+	Scale       string
+	Setup       string
+	Chains      []string
+	Findings    []string
+	Columns     []string
+	Rows        [][]string
+	Notes       []string
+	Tolerance   string
+	Pass        bool
+	Verdict     string
+	VerdictWord string
+}
+
+func newPage(r *Report) page {
+	p := page{Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed)}
+	if p.Mode == "" {
+		p.Mode = "unknown"
+	}
+	if !r.Started.IsZero() {
+		p.Started = r.Started.Format("2006-01-02 15:04:05 MST")
+		p.StartedTS = r.Started.Format(time.RFC3339)
+	}
+	for i, t := range r.Tables {
+		if t == nil {
+			continue
+		}
+		ht := htmlTable{Anchor: fmt.Sprintf("table-%d", i+1), ID: t.ID, Title: t.Title, Proto: protoName(t.Proto),
+			Setup: t.Setup, Chains: t.Chains, Findings: t.Findings, Columns: t.Columns, Notes: t.Notes,
+			Tolerance: t.Tolerance, Pass: t.Pass, Verdict: t.Verdict, VerdictWord: "FAIL"}
+		switch {
+		case t.Scale == 1:
+			ht.Scale = "the seed's own durations"
+		case t.Scale > 0:
+			ht.Scale = fmt.Sprintf("durations × %g, reported in the seed's time", t.Scale)
+		}
+		if t.Pass {
+			ht.VerdictWord, p.Passed = "PASS", p.Passed+1
+		} else {
+			p.Failed++
+		}
+		for _, row := range t.Rows {
+			cells := make([]string, max(len(row), len(t.Columns)))
+			for j, c := range row {
+				cells[j] = c.Text
+			}
+			ht.Rows = append(ht.Rows, cells)
+		}
+		p.Tables = append(p.Tables, ht)
+	}
+	for i, tl := range r.Timelines {
+		if tl != nil {
+			p.Timelines = append(p.Timelines, layoutTimeline(i+1, tl))
+		}
+	}
+	return p
+}
+
+func protoName(p string) string {
+	switch p {
+	case "":
+		return "—"
+	case "http":
+		return "HTTP"
+	case "grpc":
+		return "gRPC"
+	case "both":
+		return "HTTP and gRPC"
+	}
+	return p
+}
+
+func fmtElapsed(s float64) string {
+	switch {
+	case math.IsNaN(s) || s < 0:
+		return "unknown"
+	case s < 60:
+		return fmt.Sprintf("%.1f s", s)
+	}
+	n := int(math.Round(s))
+	return fmt.Sprintf("%d min %02d s", n/60, n%60)
+}
+
+// The timeline picture's geometry, in SVG user units: one unit is one
+// pixel column of the plot at the picture's natural width.
+const (
+	svgWidth   = 1000
+	plotLeft   = 120
+	plotWidth  = 860 // pixel columns the marks are binned into
+	plotTop    = 10
+	bandHeight = 22 // the breaker's state
+	rowGap     = 6
+	rowHeight  = 16 // one row of marks per kind
+)
+
+var (
+	stateColors = map[string]string{"closed": "#43a047", "open": "#e53935", "half-open": "#ffb300"}
+	stateOrder  = []string{"closed", "open", "half-open"}
+	markColors  = map[string]string{"ok": "#2e7d32", "failure": "#c62828", "rejected": "#5e35b1", "timeout": "#ef6c00"}
+	markOrder   = []string{"ok", "failure", "rejected", "timeout"}
+	otherColor  = "#757575"
+)
+
+// svgTimeline is a timeline laid out: every number already a coordinate.
+type svgTimeline struct {
+	Anchor, PatternID string
+	ID, Title         string
+	Duration          string
+	Width, Height     int
+	ViewBox           string
+	PlotLeft, PlotTop string
+	PlotRight         string
+	BandY, BandH      string
+	AxisY, TickEnd    string
+	AxisTitleX        string
+	AxisTitleY        string
+	States            []svgRect
+	Faults            []svgRect
+	Rows              []svgRow
+	Ticks             []svgTick
+	Legend            []svgLegend
+	MarkCount         int
+	DrawnMarks        int // the rects the marks became
+}
+
+type svgRect struct {
+	X, Y, W, H string
+	Fill       string
+	Opacity    string
+	Label      string
+}
+
+type svgRow struct {
+	Label     string
+	LabelY    string
+	Y, H      string
+	Color     string
+	Count     int
+	Marks     []svgRect
+	BaselineY string
+}
+
+type svgTick struct {
+	X, Label string
+}
+
+type svgLegend struct {
+	X, Y, SwatchY string
+	TextX         string
+	Fill          string
+	Hatch         bool
+	Label         string
+}
+
+func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+// layoutTimeline lays a timeline out. Marks are binned per pixel column:
+// each kind's row gets a 1-unit-wide rect in every column that holds at
+// least one of its marks, darker the more marks it holds, and neighbouring
+// columns of the same darkness are merged into one rect, so a picture has
+// at most plotWidth rects per row however many requests it shows.
+func layoutTimeline(n int, tl *Timeline) svgTimeline {
+	dur := tl.Duration
+	if !(dur > 0) || math.IsInf(dur, 0) {
+		dur = 0
+		for _, s := range tl.States {
+			dur = math.Max(dur, s.To)
+		}
+		for _, f := range tl.Faults {
+			dur = math.Max(dur, f[1])
+		}
+		for _, m := range tl.Marks {
+			dur = math.Max(dur, m.At)
+		}
+		if !(dur > 0) || math.IsInf(dur, 0) {
+			dur = 1
+		}
+	}
+	xOf := func(t float64) float64 {
+		if math.IsNaN(t) {
+			t = 0
+		}
+		return plotLeft + math.Min(math.Max(t/dur, 0), 1)*plotWidth
+	}
+
+	// The rows of marks: the four known kinds, then any other, in order of
+	// first appearance.
+	kinds := append([]string(nil), markOrder...)
+	counts := map[string][]int{}
+	for _, k := range kinds {
+		counts[k] = make([]int, plotWidth)
+	}
+	for _, m := range tl.Marks {
+		c, ok := counts[m.Kind]
+		if !ok {
+			c = make([]int, plotWidth)
+			counts[m.Kind] = c
+			kinds = append(kinds, m.Kind)
+		}
+		at := m.At
+		if math.IsNaN(at) {
+			at = 0
+		}
+		col := int(math.Floor(at / dur * plotWidth))
+		c[min(max(col, 0), plotWidth-1)]++
+	}
+
+	bandY := float64(plotTop)
+	rowsTop := bandY + bandHeight + rowGap
+	rowsBottom := rowsTop + float64(len(kinds))*(rowHeight+rowGap)
+	axisY := rowsBottom
+	v := svgTimeline{
+		Anchor: fmt.Sprintf("timeline-%d", n), PatternID: fmt.Sprintf("fault-hatch-%d", n),
+		ID: tl.ID, Title: tl.Title, Duration: fmt.Sprintf("%g s", dur),
+		PlotLeft: f1(plotLeft), PlotTop: f1(plotTop), PlotRight: f1(plotLeft + plotWidth),
+		BandY: f1(bandY), BandH: f1(bandHeight),
+		AxisY: f1(axisY), TickEnd: f1(axisY + 5), AxisTitleX: f1(plotLeft + plotWidth), AxisTitleY: f1(axisY + 30),
+		MarkCount: len(tl.Marks),
+	}
+
+	for _, s := range tl.States {
+		x0, x1 := xOf(s.From), xOf(s.To)
+		if x1 < x0 {
+			x0, x1 = x1, x0
+		}
+		color, ok := stateColors[s.State]
+		if !ok {
+			color = otherColor
+		}
+		// A span shorter than a pixel column still shows, one column wide.
+		v.States = append(v.States, svgRect{X: f1(x0), Y: f1(bandY), W: f1(math.Max(x1-x0, 1)), H: f1(bandHeight),
+			Fill: color, Label: fmt.Sprintf("%s, %.3f s to %.3f s", s.State, s.From, s.To)})
+	}
+	for _, f := range tl.Faults {
+		x0, x1 := xOf(f[0]), xOf(f[1])
+		if x1 < x0 {
+			x0, x1 = x1, x0
+		}
+		v.Faults = append(v.Faults, svgRect{X: f1(x0), Y: f1(bandY), W: f1(math.Max(x1-x0, 1)), H: f1(axisY - bandY),
+			Label: fmt.Sprintf("downstream failing, %.3f s to %.3f s", f[0], f[1])})
+	}
+
+	for i, k := range kinds {
+		y := rowsTop + float64(i)*(rowHeight+rowGap)
+		color, ok := markColors[k]
+		if !ok {
+			color = otherColor
+		}
+		row := svgRow{Label: k, LabelY: f1(y + rowHeight/2 + 4), Y: f1(y), H: f1(rowHeight), Color: color,
+			BaselineY: f1(y + rowHeight)}
+		c := counts[k]
+		for col := 0; col < plotWidth; {
+			if c[col] == 0 {
+				col++
+				continue
+			}
+			row.Count += c[col]
+			op := markOpacity(c[col])
+			end := col + 1
+			for end < plotWidth && c[end] > 0 && markOpacity(c[end]) == op {
+				row.Count += c[end]
+				end++
+			}
+			row.Marks = append(row.Marks, svgRect{X: f1(plotLeft + float64(col)), Y: row.Y, W: f1(float64(end - col)), H: row.H,
+				Fill: color, Opacity: op})
+			col = end
+		}
+		v.DrawnMarks += len(row.Marks)
+		v.Rows = append(v.Rows, row)
+	}
+
+	step := tickStep(dur)
+	for i := 0; ; i++ {
+		t := float64(i) * step
+		if t > dur*(1+1e-9) {
+			break
+		}
+		v.Ticks = append(v.Ticks, svgTick{X: f1(xOf(t)), Label: strconv.FormatFloat(t, 'f', -1, 64)})
+	}
+
+	// The legend: the states, the fault windows, the marks' darkness.
+	legendY := axisY + 48
+	x := float64(plotLeft)
+	add := func(fill, label string, hatch bool) {
+		v.Legend = append(v.Legend, svgLegend{X: f1(x), Y: f1(legendY), SwatchY: f1(legendY - 10), TextX: f1(x + 18),
+			Fill: fill, Hatch: hatch, Label: label})
+		x += 18 + 7*float64(len([]rune(label))) + 16
+	}
+	seen := map[string]bool{}
+	for _, s := range stateOrder {
+		seen[s] = true
+		add(stateColors[s], s, false)
+	}
+	for _, s := range tl.States {
+		if !seen[s.State] {
+			seen[s.State] = true
+			add(otherColor, s.State, false)
+		}
+	}
+	if len(tl.Faults) > 0 {
+		add("", "downstream failing", true)
+	}
+
+	v.Width = svgWidth
+	v.Height = int(legendY + 12)
+	v.ViewBox = fmt.Sprintf("0 0 %d %d", v.Width, v.Height)
+	return v
+}
+
+// markOpacity is how dark a pixel column of marks is drawn: 1, 2–3, 4 or
+// more marks.
+func markOpacity(n int) string {
+	switch {
+	case n <= 1:
+		return "0.6"
+	case n <= 3:
+		return "0.75"
+	}
+	return "1"
+}
+
+// tickStep is a 1-2-5 step giving at most about ten ticks over dur seconds.
+func tickStep(dur float64) float64 {
+	raw := dur / 10
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= raw {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+var pageTemplate = template.Must(template.New("index.html").Parse(`<!DOCTYPE html>
+<html xmlns="http://www.w3.org/1999/xhtml" lang="en">
+<head>
+<meta charset="utf-8"/>
+<meta name="viewport" content="width=device-width, initial-scale=1"/>
+<title>callguard lab: {{.Mode}} run, {{.Proto}}</title>
+<style>
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; color: #212121; margin: 2em auto; max-width: 1060px; padding: 0 1em; line-height: 1.45; }
+h1 { font-size: 1.6em; margin-bottom: 0.2em; }
+h2 { font-size: 1.3em; border-bottom: 1px solid #ccc; padding-bottom: 0.2em; margin-top: 2.2em; }
+h3 { font-size: 1.1em; margin-bottom: 0.3em; }
+dl.run { display: grid; grid-template-columns: max-content auto; gap: 0.1em 1em; }
+dl.run dt { font-weight: 600; }
+dl.run dd { margin: 0; }
+ul.summary { list-style: none; padding: 0; columns: 2; }
+ul.summary li { margin: 0.15em 0; }
+section.table { border: 1px solid #ddd; border-radius: 6px; padding: 0.4em 1.2em 1em; margin: 1.4em 0; }
+section.table-fail { border-color: #e57373; }
+.meta { color: #555; font-size: 0.95em; }
+.meta span { margin-right: 1.5em; }
+.label { font-weight: 600; }
+table.results { border-collapse: collapse; margin: 0.8em 0; font-variant-numeric: tabular-nums; }
+table.results th, table.results td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+table.results th { background: #f3f3f3; }
+table.results tbody tr:nth-child(even) { background: #fafafa; }
+pre.lint { background: #fff8e1; border-left: 4px solid #ffb300; padding: 0.5em 0.8em; white-space: pre-wrap; overflow-wrap: anywhere; margin: 0.3em 0; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size: 0.92em; }
+.verdict { font-weight: 600; padding: 0.4em 0.7em; border-radius: 4px; }
+.pass { color: #1b5e20; }
+.fail { color: #b71c1c; }
+p.verdict.pass { background: #e8f5e9; }
+p.verdict.fail { background: #ffebee; }
+.badge { display: inline-block; min-width: 3em; text-align: center; font-weight: 700; font-size: 0.85em; border-radius: 3px; color: #fff; padding: 0 0.3em; margin-right: 0.4em; }
+.badge.pass { background: #2e7d32; }
+.badge.fail { background: #c62828; }
+figure { margin: 1.5em 0; }
+figure svg { width: 100%; max-width: 1000px; height: auto; display: block; }
+figcaption { color: #333; margin-top: 0.3em; }
+.howto { color: #555; font-size: 0.95em; }
+</style>
+</head>
+<body>
+<h1>callguard lab</h1>
+<dl class="run">
+<dt>mode</dt><dd>{{.Mode}}</dd>
+<dt>protocol</dt><dd>{{.Proto}}</dd>
+<dt>started</dt><dd>{{if .StartedTS}}<time datetime="{{.StartedTS}}">{{.Started}}</time>{{else}}{{.Started}}{{end}}</dd>
+<dt>duration</dt><dd>{{.Elapsed}}</dd>
+<dt>tables</dt><dd>{{len .Tables}}: <span class="pass">{{.Passed}} reproduced</span>, <span class="{{if .Failed}}fail{{else}}pass{{end}}">{{.Failed}} not</span></dd>
+</dl>
+{{if .Tables}}<ul class="summary">
+{{range .Tables}}<li><span class="badge {{if .Pass}}pass{{else}}fail{{end}}">{{.VerdictWord}}</span><a href="#{{.Anchor}}">{{.ID}}</a> {{.Title}}{{if ne .Proto "—"}} ({{.Proto}}){{end}}</li>
+{{end}}</ul>
+{{end}}
+<h2>Tables</h2>
+{{range .Tables}}<section class="table {{if .Pass}}table-pass{{else}}table-fail{{end}}" id="{{.Anchor}}">
+<h3>{{.ID}} {{.Title}}</h3>
+<p class="meta"><span><span class="label">id</span> {{.ID}}</span><span><span class="label">protocol</span> {{.Proto}}</span>{{if .Scale}}<span><span class="label">scale</span> {{.Scale}}</span>{{end}}</p>
+{{if .Setup}}<p><span class="label">Setup.</span> {{.Setup}}</p>
+{{end}}{{if .Chains}}<p class="label">Configurations compared</p>
+<ol>
+{{range .Chains}}<li><code>{{.}}</code></li>
+{{end}}</ol>
+{{end}}{{if .Findings}}<p class="label">Lint findings for the bad configuration</p>
+{{range .Findings}}<pre class="lint">{{.}}</pre>
+{{end}}{{end}}<table class="results">
+<thead><tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr></thead>
+<tbody>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</tbody>
+</table>
+{{if .Notes}}<p class="label">Notes</p>
+<ul>
+{{range .Notes}}<li>{{.}}</li>
+{{end}}</ul>
+{{end}}{{if .Tolerance}}<p><span class="label">Tolerance:</span> {{.Tolerance}}</p>
+{{end}}<p class="verdict {{if .Pass}}pass{{else}}fail{{end}}"><span class="badge {{if .Pass}}pass{{else}}fail{{end}}">{{.VerdictWord}}</span>{{.Verdict}}</p>
+</section>
+{{else}}<p>No tables.</p>
+{{end}}
+{{if .Timelines}}<h2>Timelines</h2>
+<p class="howto">Top band: the breaker's state. Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column (860 columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in the seed's time.</p>
+{{range .Timelines}}{{$tl := .}}<figure id="{{.Anchor}}">
+<svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="{{.ViewBox}}" role="img" aria-labelledby="{{.Anchor}}-title" font-family="sans-serif" font-size="12">
+<title id="{{.Anchor}}-title">{{.ID}}: {{.Title}}</title>
+<defs>
+<pattern id="{{.PatternID}}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
+<rect width="6" height="6" fill="#f2f2f2"/>
+<line x1="0" y1="0" x2="0" y2="6" stroke="#c4c4c4" stroke-width="2.5"/>
+</pattern>
+</defs>
+<rect x="0" y="0" width="{{.Width}}" height="{{.Height}}" fill="#ffffff"/>
+{{$pid := .PatternID}}{{range .Faults}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="url(#{{$pid}})"><title>{{.Label}}</title></rect>
+{{end}}{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.PlotTop}}" x2="{{.X}}" y2="{{$tl.AxisY}}" stroke="#000000" stroke-opacity="0.08"/>
+{{end}}<text x="{{.PlotLeft}}" dx="-8" y="{{.BandY}}" dy="15" text-anchor="end" font-weight="bold">breaker</text>
+{{range .States}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"><title>{{.Label}}</title></rect>
+{{end}}{{range .Rows}}<text x="{{$tl.PlotLeft}}" dx="-8" y="{{.LabelY}}" text-anchor="end">{{.Label}} ({{.Count}})</text>
+<line x1="{{$tl.PlotLeft}}" y1="{{.BaselineY}}" x2="{{$tl.PlotRight}}" y2="{{.BaselineY}}" stroke="#bdbdbd" stroke-width="0.5"/>
+{{$c := .Color}}{{range .Marks}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{$c}}" fill-opacity="{{.Opacity}}"/>
+{{end}}{{end}}<line x1="{{.PlotLeft}}" y1="{{.AxisY}}" x2="{{.PlotRight}}" y2="{{.AxisY}}" stroke="#424242"/>
+{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.AxisY}}" x2="{{.X}}" y2="{{$tl.TickEnd}}" stroke="#424242"/><text x="{{.X}}" y="{{$tl.AxisY}}" dy="16" text-anchor="middle">{{.Label}}</text>
+{{end}}<text x="{{.AxisTitleX}}" y="{{.AxisTitleY}}" text-anchor="end" fill="#555555">seconds (the seed's time)</text>
+{{range .Legend}}{{if .Hatch}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="url(#{{$pid}})" stroke="#bdbdbd" stroke-width="0.5"/>{{else}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="{{.Fill}}"/>{{end}}<text x="{{.TextX}}" y="{{.Y}}">{{.Label}}</text>
+{{end}}</svg>
+<figcaption><strong>{{.ID}}</strong>: {{.Title}} — {{.MarkCount}} requests over {{.Duration}}.</figcaption>
+</figure>
+{{end}}{{end}}</body>
+</html>
+`))

@@ -1,0 +1,287 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+// serve is the lab's downstream as a process of its own (callguard-lab
+// serve --addr host:port): an HTTP server that answers every request after
+// a few milliseconds, and says "ready" on its standard output once it
+// listens. It runs until it is killed or gets SIGTERM.
+func serve(args []string) int {
+	fs := flag.NewFlagSet("callguard-lab serve", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:0", "the address to listen on")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	lis, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "callguard-lab serve: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	})}
+	fmt.Println("ready", lis.Addr())
+	go func() {
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGTERM, os.Interrupt)
+		<-c
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return 1
+	}
+	return 0
+}
+
+// children are the processes the lab started: every one is killed when it
+// exits, also on Ctrl-C.
+type children struct {
+	mu    sync.Mutex
+	procs []*exec.Cmd
+}
+
+// start runs callguard-lab serve on addr and waits until it listens.
+func (c *children) start(ctx context.Context, addr string) (*exec.Cmd, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, "serve", "--addr", addr)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the downstream process: %w", err)
+	}
+	c.mu.Lock()
+	c.procs = append(c.procs, cmd)
+	c.mu.Unlock()
+	ready := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && len(line) >= 5 && line[:5] == "ready" {
+			ready <- nil
+		} else {
+			ready <- fmt.Errorf("the downstream process did not start: %q %v", line, err)
+		}
+		_, _ = io.Copy(io.Discard, out)
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			return nil, err
+		}
+		return cmd, nil
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, errors.New("the downstream process did not say ready within 10 s")
+	case <-ctx.Done():
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, ctx.Err()
+	}
+}
+
+// kill sends SIGKILL to cmd and waits for it.
+func (c *children) kill(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(syscall.SIGKILL)
+	_ = cmd.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, p := range c.procs {
+		if p == cmd {
+			c.procs = append(c.procs[:i], c.procs[i+1:]...)
+			break
+		}
+	}
+}
+
+func (c *children) killAll() {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	for _, p := range procs {
+		_ = p.Process.Signal(syscall.SIGKILL)
+		_ = p.Wait()
+	}
+}
+
+// freeAddr finds a free loopback port.
+func freeAddr() (string, error) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer lis.Close()
+	return lis.Addr().String(), nil
+}
+
+// kill is K1: a downstream process killed with SIGKILL mid-run, then
+// restarted on the same port, as the seeds did with kill -9.
+func (l *lab) kill(string) error {
+	const (
+		killAt, restartAt, end = time.Second, 2500 * time.Millisecond, 4 * time.Second
+		deadline               = 500 * time.Millisecond
+		callers                = 5
+	)
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	cmd, err := l.children.start(l.ctx, addr)
+	if err != nil {
+		return err
+	}
+	var mu sync.Mutex
+	start := time.Now()
+	var events []string
+	var opened, halfOpened, closedAfter time.Duration = -1, -1, -1
+	b, err := breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 200 * time.Millisecond, HalfOpenSuccesses: 2,
+		OnStateChange: func(from, to breaker.State) {
+			mu.Lock()
+			defer mu.Unlock()
+			at := time.Since(start)
+			events = append(events, fmt.Sprintf("%v→%v at %.2f s", from, to, at.Seconds()))
+			switch {
+			case to == breaker.StateOpen && opened < 0 && at >= killAt:
+				opened = at
+			case to == breaker.StateHalfOpen && halfOpened < 0 && opened >= 0:
+				halfOpened = at
+			case to == breaker.StateClosed && at >= restartAt && closedAfter < 0:
+				closedAfter = at
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	r, err := retry.New(retry.MaxAttempts(3), retry.Exponential(20*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	at, err := timeout.New(200 * time.Millisecond)
+	if err != nil {
+		return err
+	}
+	c, err := chain.New(r, b, at)
+	if err != nil {
+		return err
+	}
+	base := &http.Transport{MaxIdleConnsPerHost: callers}
+	defer base.CloseIdleConnections()
+	tr, err := httpmw.New(base, c)
+	if err != nil {
+		return err
+	}
+	client := &http.Client{Transport: tr}
+	var ok, failed, rejected, late int
+	var worst time.Duration
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for time.Since(start) < end && l.ctx.Err() == nil {
+				ctx, cancel := context.WithTimeout(l.ctx, deadline)
+				t0 := time.Now()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
+					if resp.StatusCode >= 500 {
+						err = errors.New(resp.Status)
+					}
+				}
+				took := time.Since(t0)
+				cancel()
+				mu.Lock()
+				worst = max(worst, took)
+				switch {
+				case took > deadline+50*time.Millisecond:
+					late++
+				case err == nil:
+					ok++
+				case errors.Is(err, breaker.ErrOpen):
+					rejected++
+				default:
+					failed++
+				}
+				mu.Unlock()
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+	time.Sleep(time.Until(start.Add(killAt)))
+	l.children.kill(cmd)
+	time.Sleep(time.Until(start.Add(restartAt)))
+	var restartErr error
+	if l.ctx.Err() == nil {
+		if _, restartErr = l.children.start(l.ctx, addr); restartErr != nil {
+			restartErr = fmt.Errorf("restarting the downstream process: %w", restartErr)
+		}
+	}
+	wg.Wait()
+	l.children.killAll()
+	if restartErr != nil {
+		return restartErr
+	}
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	t := &Table{ID: "K1", Title: "kill -9: a downstream process killed mid-run and restarted", Proto: "http", Scale: 1,
+		Setup: fmt.Sprintf("The downstream runs as a process of its own (callguard-lab serve); %d callers, each request with a %v deadline, through %v. SIGKILL at %v, restarted on the same port at %v, until %v.",
+			callers, deadline, c, killAt, restartAt, end),
+		Columns:   []string{"what", "measured", "expected"},
+		Tolerance: "the breaker opens within 0.5 s of the kill, probes, and closes within 0.5 s of the restart; no request returns later than its deadline (+ 50 ms)"}
+	d := func(v time.Duration) string {
+		if v < 0 {
+			return "never"
+		}
+		return fmt.Sprintf("%.2f s", v.Seconds())
+	}
+	t.Rows = [][]Cell{
+		{text("breaker opened"), text(d(opened)), text(fmt.Sprintf("%.2f–%.2f s", killAt.Seconds(), (killAt + 500*time.Millisecond).Seconds()))},
+		{text("first half-open (probes)"), text(d(halfOpened)), text("after it opened")},
+		{text("closed again"), text(d(closedAfter)), text(fmt.Sprintf("%.2f–%.2f s", restartAt.Seconds(), (restartAt + 500*time.Millisecond).Seconds()))},
+		{text("requests: ok / failed / rejected by the breaker"), text(fmt.Sprintf("%d / %d / %d", ok, failed, rejected)), text("rejected while down")},
+		{text("requests later than their deadline"), text(fmt.Sprintf("%d (the slowest took %v)", late, worst.Round(time.Millisecond))), text(fmt.Sprintf("0 (deadline %v)", deadline))},
+	}
+	t.expect("the breaker opened within 0.5 s of the kill", opened >= killAt && opened <= killAt+500*time.Millisecond)
+	t.expect("it went half-open after opening", halfOpened > opened && opened >= 0)
+	t.expect("it closed within 0.5 s of the restart", closedAfter >= restartAt && closedAfter <= restartAt+500*time.Millisecond)
+	t.expect("no request later than its deadline", late == 0)
+	t.expect("rejections while the downstream was down", rejected > 0)
+	t.Notes = append(t.Notes, "transitions: "+fmt.Sprint(events))
+	l.add(t)
+	return nil
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestMain lets the test binary be the lab's downstream process too, as the
+// lab re-executes itself (callguard-lab serve) for K1.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(serve(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestC1EndToEnd runs the lab's C1 over real HTTP and gRPC loopback
+// servers, as `callguard-lab --only C1 --json FILE` does, and checks the
+// JSON: 15 downstream calls with the retry inside the breaker, 5 outside.
+func TestC1EndToEnd(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "lab.json")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--only", "C1", "--json", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	protos := map[string]bool{}
+	for _, tb := range r.Tables {
+		if tb.ID != "C1" {
+			t.Errorf("table %s, want only C1", tb.ID)
+			continue
+		}
+		protos[tb.Proto] = true
+		if len(tb.Rows) != 2 || len(tb.Rows[0]) < 4 {
+			t.Fatalf("%s: %d rows", tb.Proto, len(tb.Rows))
+		}
+		calls := func(row int) float64 { return *tb.Rows[row][3].Value }
+		if calls(0) != 15 || calls(1) != 5 || *tb.Rows[0][3].Reference != 15 || *tb.Rows[1][3].Reference != 5 {
+			t.Errorf("%s: %v and %v downstream calls; want 15 (retry inside) and 5 (outside), with the seed's 15 and 5", tb.Proto, calls(0), calls(1))
+		}
+		if !tb.Pass || !strings.Contains(strings.Join(tb.Findings, " "), "CG002") {
+			t.Errorf("%s: pass %t, findings %v; want reproduced, with CG002", tb.Proto, tb.Pass, tb.Findings)
+		}
+	}
+	if !protos["http"] || !protos["grpc"] {
+		t.Errorf("protocols %v, want http and grpc", protos)
+	}
+	if !strings.Contains(stdout.String(), "retry wraps breaker") {
+		t.Errorf("the printed table is missing:\n%s", stdout.String())
+	}
+}
+
+// TestWhatIf runs --chain on the spec package's example, in virtual time:
+// every scenario gets a table with the chain's numbers.
+func TestWhatIf(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(t.TempDir(), "w.json")
+	if code := run([]string{"--chain", "../../spec/testdata/example.yaml", "--json", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, _ := os.ReadFile(out)
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Tables) != 7 {
+		t.Fatalf("%d tables, want one per scenario (7)", len(r.Tables))
+	}
+	if !strings.Contains(stdout.String(), "already in the canonical order") {
+		t.Errorf("the example is in the canonical order, and the lab should say so:\n%s", stdout.String())
+	}
+	var bad bytes.Buffer
+	if code := run([]string{"--chain", "no-such-file.yaml"}, &bytes.Buffer{}, &bad); code != 1 || !strings.Contains(bad.String(), "no-such-file.yaml") {
+		t.Errorf("a missing file: exit %d, %q; want 1 and the file's name", code, bad.String())
+	}
+}
+
+// TestKillAndRestart is K1: a downstream process killed with SIGKILL and
+// restarted; the breaker opens, probes and closes, every request within
+// its deadline.
+func TestKillAndRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real time: 4 s")
+	}
+	var stdout, stderr bytes.Buffer
+	out := filepath.Join(t.TempDir(), "k.json")
+	if code := run([]string{"--only", "K1", "--json", out}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, _ := os.ReadFile(out)
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 1 || !r.Tables[0].Pass {
+		t.Fatalf("K1: %v; %s", err, stdout.String())
+	}
+}

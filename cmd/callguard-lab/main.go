@@ -1,0 +1,200 @@
+// Command callguard-lab shows the kit doing its job: it reproduces the
+// seeds' experiments (SEEDS A and C, see docs/seeds.md) live, over real
+// loopback HTTP and gRPC servers, through the kit's real transport and
+// interceptors, and prints each table as the seed prints it, with the
+// seed's values beside the measured ones and a verdict; it kills a
+// downstream process with SIGKILL mid-run and restarts it; and, given a
+// chain described in a file, it says what that chain will do.
+//
+//	go run ./cmd/callguard-lab                  # every experiment, quick (≤ 2 minutes)
+//	go run ./cmd/callguard-lab --full           # the seeds' own durations
+//	go run ./cmd/callguard-lab --only C2 --proto grpc
+//	go run ./cmd/callguard-lab --chain my.yaml  # what will my chain do?
+//	go run ./cmd/callguard-lab --json out.json --report out/
+//
+// Quick runs scale every duration of an experiment down, keeping their
+// ratios, and report the numbers in the seed's time; each table says by how
+// much.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// lab is one run of the command.
+type lab struct {
+	ctx      context.Context
+	out      io.Writer
+	full     bool
+	report   *Report
+	progress *progress
+	children *children
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		os.Exit(serve(os.Args[2:]))
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is the command, with its arguments and where it writes; it returns
+// the exit code.
+func run(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("callguard-lab", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	full := fs.Bool("full", false, "run the seeds' own durations (slower), not the quick scaled ones")
+	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1; or A, C)")
+	proto := fs.String("proto", "both", "the protocol of the experiments: http, grpc or both")
+	jsonOut := fs.String("json", "", "write every measured number, with its unit and the seed's reference, to this file")
+	reportDir := fs.String("report", "", "write a self-contained index.html with the tables and timelines to this directory")
+	chainFile := fs.String("chain", "", "a chain described in a JSON or YAML file: lint it and run it through the protection scenarios")
+	rate := fs.Float64("rate", 0, "with --chain: open-loop requests per second (default: 60 % of the model's capacity)")
+	callers := fs.Int("callers", 0, "with --chain: a closed loop of this many callers instead of the open loop")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "callguard-lab: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	var protos []string
+	switch *proto {
+	case "http", "grpc":
+		protos = []string{*proto}
+	case "both":
+		protos = []string{"http", "grpc"}
+	default:
+		fmt.Fprintf(stderr, "callguard-lab: --proto %q: want http, grpc or both\n", *proto)
+		return 2
+	}
+	// Go's flag package has parsed nothing of its own: the testing package
+	// that virtual time runs on must not take the lab's arguments.
+	_ = flag.CommandLine.Parse(nil)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	mode := "quick"
+	if *full {
+		mode = "full"
+	}
+	l := &lab{ctx: ctx, out: stdout, full: *full, progress: newProgress(stderr), children: &children{},
+		report: &Report{Mode: mode, Proto: *proto, Started: time.Now()}}
+	defer l.children.killAll()
+
+	var err error
+	if *chainFile != "" {
+		err = l.whatIf(*chainFile, *rate, *callers)
+	} else {
+		err = l.seeds(*only, protos)
+	}
+	l.progress.clear()
+	l.report.Elapsed = time.Since(l.report.Started).Seconds()
+	if err == nil && *jsonOut != "" {
+		err = l.report.writeJSON(*jsonOut)
+	}
+	if err == nil && *reportDir != "" {
+		err = writeHTML(*reportDir, l.report)
+	}
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(stderr, "callguard-lab: interrupted")
+			return 130
+		}
+		fmt.Fprintf(stderr, "callguard-lab: %v\n", err)
+		return 1
+	}
+	failed := 0
+	for _, t := range l.report.Tables {
+		if !t.Pass {
+			failed++
+		}
+	}
+	fmt.Fprintf(stdout, "\n%d tables in %.0f s (%s): %d reproduced, %d not.\n", len(l.report.Tables), l.report.Elapsed, mode, len(l.report.Tables)-failed, failed)
+	return 0
+}
+
+// seeds runs the seeds' experiments selected by only, over protos.
+func (l *lab) seeds(only string, protos []string) error {
+	var sel []experiment
+	for _, e := range experiments {
+		if only == "" {
+			sel = append(sel, e)
+			continue
+		}
+		for _, o := range strings.Split(only, ",") {
+			if o = strings.TrimSpace(o); o != "" && strings.HasPrefix(e.id, strings.ToUpper(o)) {
+				sel = append(sel, e)
+				break
+			}
+		}
+	}
+	if len(sel) == 0 {
+		return fmt.Errorf("--only %q selects no experiment (A1, A2, A3, C1, C2, C3, C4, K1)", only)
+	}
+	fmt.Fprintf(l.out, "callguard lab: the seeds' experiments, live over loopback (%s run", l.report.Mode)
+	if !l.full {
+		fmt.Fprint(l.out, "; --full for the seeds' own durations")
+	}
+	fmt.Fprintln(l.out, ").")
+	for i, e := range sel {
+		ps := []string{""}
+		if e.perProto {
+			ps = protos
+		}
+		for _, p := range ps {
+			if err := l.ctx.Err(); err != nil {
+				return err
+			}
+			l.progress.show(fmt.Sprintf("[%d/%d] %s %s", i+1, len(sel), e.id, p))
+			if err := e.run(l, p); err != nil {
+				return fmt.Errorf("%s %s: %w", e.id, p, err)
+			}
+		}
+	}
+	return nil
+}
+
+// progress is a single line on a terminal, rewritten in place; nothing at
+// all when the output is not a terminal.
+type progress struct {
+	w     io.Writer
+	on    bool
+	start time.Time
+	last  int
+}
+
+func newProgress(w io.Writer) *progress {
+	p := &progress{w: w, start: time.Now()}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.on = true
+		}
+	}
+	return p
+}
+
+func (p *progress) show(what string) {
+	if !p.on {
+		return
+	}
+	line := fmt.Sprintf("%s  (%.0f s elapsed)", what, time.Since(p.start).Seconds())
+	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", max(0, p.last-len(line))))
+	p.last = len(line)
+}
+
+func (p *progress) clear() {
+	if p.on && p.last > 0 {
+		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
+		p.last = 0
+	}
+}

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/scenario"
+	"github.com/callguard/callguard/internal/virtual"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/spec"
+	"github.com/callguard/callguard/timeout"
+)
+
+// whatIf is --chain FILE: the chain's findings, then the chain and the
+// same policies in the canonical order through the protection scenarios,
+// in virtual time.
+func (l *lab) whatIf(file string, rate float64, callers int) error {
+	s, err := spec.Load(file)
+	if err != nil {
+		return err
+	}
+	c, err := s.Chain()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(l.out, "callguard lab: what will %s do?\n\n  chain: %v\n", file, c)
+	fs := c.Findings()
+	if len(fs) == 0 {
+		fmt.Fprintln(l.out, "  lint: no finding")
+	}
+	for _, f := range fs {
+		fmt.Fprintf(l.out, "  lint: %s\n", wrap(f.String(), 100))
+	}
+	load := scenario.Loads[0]
+	switch {
+	case callers > 0:
+		load = scenario.Load{Name: fmt.Sprintf("%d callers", callers), Callers: callers, Pace: 100 * time.Millisecond, Deadline: time.Second}
+	case rate > 0:
+		load = scenario.Load{Name: fmt.Sprintf("%g/s", rate), Rate: rate, Deadline: time.Second}
+	}
+	canonical, reordered, err := canonicalOf(s)
+	if err != nil {
+		return err
+	}
+	stacks := []struct {
+		name string
+		make func() (scenario.Stack, error)
+	}{{"your chain", func() (scenario.Stack, error) { return s.Chain() }}}
+	if reordered {
+		stacks = append(stacks, struct {
+			name string
+			make func() (scenario.Stack, error)
+		}{"canonical order", canonical})
+		cc, _ := canonical()
+		if cc, ok := cc.(*chain.Chain); ok {
+			fmt.Fprintf(l.out, "  the same policies in the canonical order: %v\n", cc)
+		}
+	} else {
+		fmt.Fprintln(l.out, "  (your chain is already in the canonical order)")
+	}
+	fmt.Fprintf(l.out, "\nAgainst the protection model (docs/protection.md): %d workers, p50 %v / p99 %v, %s load, each request with a %v deadline; in virtual time.\n",
+		scenario.Model.Workers, scenario.Model.Median, scenario.Model.P99, load.Name, load.Deadline)
+	for i, sc := range scenario.Scenarios {
+		l.progress.show(fmt.Sprintf("[%d/%d] %s", i+1, len(scenario.Scenarios), sc.Name))
+		t := &Table{ID: "W" + fmt.Sprint(i+1), Title: "scenario " + sc.Name, Scale: 1, Setup: describeScenario(sc),
+			Columns: []string{"stack", "downstream calls per request", "time to trip", "recovered after the downstream", "caller p50 / p99", "server work wasted", "successes"}}
+		for _, st := range stacks {
+			var res scenario.Result
+			err := virtual.Run(func(vt *testing.T) {
+				stack, err := st.make()
+				if err != nil {
+					vt.Fatal(err)
+				}
+				res, err = scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1}, stack)
+				if err != nil {
+					vt.Fatal(err)
+				}
+			})
+			if err != nil {
+				return err
+			}
+			trip, rec := "never", "not within the run"
+			if res.Detect >= 0 {
+				trip = fmt.Sprintf("%.1f s", res.Detect.Seconds())
+			}
+			if res.Recover >= 0 {
+				rec = fmt.Sprintf("%.1f s", (res.Recover - sc.Healed).Seconds())
+			}
+			t.Rows = append(t.Rows, []Cell{text(st.name), num(res.Amplification, "", none, "%.2f"), text(trip), text(rec),
+				text(fmt.Sprintf("%v / %v", res.P50.Round(time.Millisecond), res.P99.Round(time.Millisecond))),
+				num(res.Wasted.Seconds(), "worker-s", none, "%.1f worker-s"), num(float64(res.Successes), "", none, "%.0f")})
+			if res.Metastable {
+				t.Notes = append(t.Notes, st.name+": metastable: the downstream did not come back within the run")
+			}
+		}
+		t.Pass, t.Verdict = true, "measured (no reference: your chain)"
+		l.report.Tables = append(l.report.Tables, t)
+		l.progress.clear()
+		t.print(l.out)
+	}
+	return nil
+}
+
+func describeScenario(sc scenario.Scenario) string {
+	return fmt.Sprintf("Healthy for %v, then the fault for %v (the downstream healed %v after it started); measured until %v after it started.",
+		sc.Start, sc.Length, sc.Healed, sc.Horizon)
+}
+
+// canonicalOf returns a maker of the spec's policies in the canonical
+// order — fallback, overall timeout, retry, breaker, attempt timeout — and
+// whether that differs from the spec's own order. With one timeout, it is
+// the attempt timeout; with more, the longest is the overall one.
+func canonicalOf(s *spec.Spec) (func() (scenario.Stack, error), bool, error) {
+	ps, err := s.Policies()
+	if err != nil {
+		return nil, false, err
+	}
+	order := canonicalOrder(ps)
+	reordered := false
+	for i, k := range order {
+		if k != i {
+			reordered = true
+		}
+	}
+	return func() (scenario.Stack, error) {
+		ps, err := s.Policies()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]chain.Policy, len(ps))
+		for i, k := range order {
+			out[i] = ps[k]
+		}
+		return s.Options().New(out...)
+	}, reordered, nil
+}
+
+// canonicalOrder returns the indexes of ps in the canonical order.
+func canonicalOrder(ps []chain.Policy) []int {
+	var longest time.Duration
+	timeouts := 0
+	for _, p := range ps {
+		if t, ok := p.(*timeout.Policy); ok {
+			timeouts++
+			longest = max(longest, t.Timeout())
+		}
+	}
+	rank := func(p chain.Policy) int {
+		switch v := p.(type) {
+		case *fallback.Policy:
+			return 0
+		case *timeout.Policy:
+			if timeouts > 1 && v.Timeout() == longest {
+				return 1
+			}
+			return 4
+		case *retry.Policy:
+			return 2
+		case *breaker.Breaker:
+			return 3
+		}
+		return 5
+	}
+	idx := make([]int, len(ps))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return rank(ps[a]) - rank(ps[b]) })
+	return idx
+}
