@@ -83,13 +83,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	kids := &children{}
+	defer kids.killAll()
+	// A first Ctrl-C ends the run after the experiment in progress; a
+	// second one ends it now, its downstream processes with it.
+	go func() {
+		<-ctx.Done()
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		select {
+		case <-again:
+			kids.killAll()
+			fmt.Fprintln(stderr, "\ncallguard-lab: interrupted")
+			os.Exit(130)
+		case <-time.After(time.Minute):
+		}
+	}()
 	mode := "quick"
 	if *full {
 		mode = "full"
 	}
-	l := &lab{ctx: ctx, out: stdout, full: *full, progress: newProgress(stderr), children: &children{},
+	l := &lab{ctx: ctx, out: stdout, full: *full, progress: newProgress(stderr), children: kids,
 		report: &Report{Mode: mode, Proto: *proto, Started: time.Now()}}
-	defer l.children.killAll()
 
 	var err error
 	if *chainFile != "" {
@@ -154,6 +170,9 @@ func (l *lab) seeds(only string, protos []string) error {
 		for _, p := range ps {
 			if err := l.ctx.Err(); err != nil {
 				return err
+			}
+			if i == 0 && p == ps[0] {
+				l.progress.show(fmt.Sprintf("[%d/%d] %s %s (Ctrl-C once: stop after it; twice: now)", i+1, len(sel), e.id, p))
 			}
 			l.progress.show(fmt.Sprintf("[%d/%d] %s %s", i+1, len(sel), e.id, p))
 			if err := e.run(l, p); err != nil {
