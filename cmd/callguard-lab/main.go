@@ -60,6 +60,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	chainFile := fs.String("chain", "", "a chain described in a JSON or YAML file: lint it and run it through the protection scenarios")
 	rate := fs.Float64("rate", 0, "with --chain: open-loop requests per second (default: 60 % of the model's capacity)")
 	callers := fs.Int("callers", 0, "with --chain: a closed loop of this many callers instead of the open loop")
+	live := fs.Bool("live", false, "with --chain: run in real time over a real loopback HTTP server (each scenario's timeline × 0.1), not in virtual time")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -109,7 +110,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	var err error
 	if *chainFile != "" {
-		err = l.whatIf(*chainFile, *rate, *callers)
+		err = l.whatIf(*chainFile, *rate, *callers, *live)
 	} else {
 		err = l.seeds(*only, protos)
 	}
@@ -170,9 +171,6 @@ func (l *lab) seeds(only string, protos []string) error {
 		for _, p := range ps {
 			if err := l.ctx.Err(); err != nil {
 				return err
-			}
-			if i == 0 && p == ps[0] {
-				l.progress.show(fmt.Sprintf("[%d/%d] %s %s (Ctrl-C once: stop after it; twice: now)", i+1, len(sel), e.id, p))
 			}
 			l.progress.show(fmt.Sprintf("[%d/%d] %s %s", i+1, len(sel), e.id, p))
 			if err := e.run(l, p); err != nil {

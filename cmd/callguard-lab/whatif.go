@@ -1,7 +1,12 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -19,7 +24,7 @@ import (
 // whatIf is --chain FILE: the chain's findings, then the chain and the
 // same policies in the canonical order through the protection scenarios,
 // in virtual time.
-func (l *lab) whatIf(file string, rate float64, callers int) error {
+func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 	s, err := spec.Load(file)
 	if err != nil {
 		return err
@@ -63,26 +68,38 @@ func (l *lab) whatIf(file string, rate float64, callers int) error {
 	} else {
 		fmt.Fprintln(l.out, "  (your chain is already in the canonical order)")
 	}
-	fmt.Fprintf(l.out, "\nAgainst the protection model (docs/protection.md): %d workers, p50 %v / p99 %v, %s load, each request with a %v deadline; in virtual time.\n",
-		scenario.Model.Workers, scenario.Model.Median, scenario.Model.P99, load.Name, load.Deadline)
+	how := "in virtual time"
+	if live {
+		how = fmt.Sprintf("live: in real time, over a real loopback HTTP server, each scenario's timeline × %g (warm-up, fault and horizon; not the service times, nor your chain's settings)", liveScale)
+	}
+	fmt.Fprintf(l.out, "\nAgainst the protection model (docs/protection.md): %d workers, p50 %v / p99 %v, %s load, each request with a %v deadline; %s.\n",
+		scenario.Model.Workers, scenario.Model.Median, scenario.Model.P99, load.Name, load.Deadline, how)
 	for i, sc := range scenario.Scenarios {
 		l.progress.show(fmt.Sprintf("[%d/%d] %s", i+1, len(scenario.Scenarios), sc.Name))
 		t := &Table{ID: "W" + fmt.Sprint(i+1), Title: "scenario " + sc.Name, Scale: 1, Setup: describeScenario(sc),
 			Columns: []string{"stack", "downstream calls per request", "time to trip", "recovered after the downstream", "caller p50 / p99", "server work wasted", "successes"}}
 		for _, st := range stacks {
 			var res scenario.Result
-			err := virtual.Run(func(vt *testing.T) {
-				stack, err := st.make()
-				if err != nil {
-					vt.Fatal(err)
-				}
-				res, err = scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1}, stack)
-				if err != nil {
-					vt.Fatal(err)
-				}
-			})
+			var err error
+			if live {
+				res, err = runLive(sc, load, st.make)
+			} else {
+				err = virtual.Run(func(vt *testing.T) {
+					stack, err := st.make()
+					if err != nil {
+						vt.Fatal(err)
+					}
+					res, err = scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1}, stack)
+					if err != nil {
+						vt.Fatal(err)
+					}
+				})
+			}
 			if err != nil {
 				return err
+			}
+			if live {
+				res.Detect, res.Recover = unscale(res.Detect), unscale(res.Recover)
 			}
 			trip, rec := "never", "not within the run"
 			if res.Detect >= 0 {
@@ -104,6 +121,62 @@ func (l *lab) whatIf(file string, rate float64, callers int) error {
 		t.print(l.out)
 	}
 	return nil
+}
+
+// liveScale is how much --live shortens a scenario's timeline.
+const liveScale = 0.1
+
+// runLive runs one scenario in real time, over a real loopback HTTP
+// server in front of the model, its timeline × liveScale.
+func runLive(sc scenario.Scenario, load scenario.Load, make func() (scenario.Stack, error)) (scenario.Result, error) {
+	stack, err := make()
+	if err != nil {
+		return scenario.Result{}, err
+	}
+	return scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc.Scaled(liveScale), Load: load, Seed: 1, Network: loopback}, stack)
+}
+
+// unscale turns a live run's time back into the scenario's own (-1 stays).
+func unscale(d time.Duration) time.Duration {
+	if d < 0 {
+		return d
+	}
+	return time.Duration(float64(d) / liveScale)
+}
+
+// loopback puts a real HTTP server in front of the simulated downstream:
+// each call is a GET to it; a failure is a 503.
+func loopback(server func(context.Context) error) (func(context.Context) error, func(), error) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := server(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	tr := &http.Transport{MaxIdleConnsPerHost: 512}
+	client := &http.Client{Transport: tr}
+	call := func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+		if err != nil {
+			return err
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}
+	return call, func() {
+		tr.CloseIdleConnections()
+		srv.CloseClientConnections()
+		srv.Close()
+	}, nil
 }
 
 func describeScenario(sc scenario.Scenario) string {

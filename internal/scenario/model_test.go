@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,4 +85,38 @@ func TestRunNone(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestScaledThroughNetwork runs the outage with its timeline a quarter as
+// long, each call through a Network: the recovery and the timeline are in
+// the scaled units, and every call the stack made went through the network
+// to the server.
+func TestScaledThroughNetwork(t *testing.T) {
+	sc := Scenarios[0]
+	synctest.Test(t, func(t *testing.T) {
+		full, err := Run(Cell{Server: Model, Scenario: sc, Load: Loads[0], Seed: 1}, None)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var through atomic.Int64
+		network := func(server func(context.Context) error) (func(context.Context) error, func(), error) {
+			return func(ctx context.Context) error { through.Add(1); return server(ctx) }, func() {}, nil
+		}
+		quarter, err := Run(Cell{Server: Model, Scenario: sc.Scaled(0.25), Load: Loads[0], Seed: 1, Network: network}, None)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := full.Recover / 4; quarter.Recover != want {
+			t.Errorf("recovered after %v scaled by ¼, want %v (unscaled %v)", quarter.Recover, want, full.Recover)
+		}
+		if len(quarter.Timeline) != len(full.Timeline) {
+			t.Errorf("%d timeline buckets scaled, %d unscaled; want the same", len(quarter.Timeline), len(full.Timeline))
+		}
+		if n := int(through.Load()); n == 0 || n != quarter.Server.Received {
+			t.Errorf("%d calls through the network, the server received %d; want equal and > 0", n, quarter.Server.Received)
+		}
+		if r := float64(quarter.Requests) / float64(full.Requests); math.Abs(r-0.25) > 0.03 {
+			t.Errorf("%d requests scaled, %d unscaled: ratio %.3f, want 0.25", quarter.Requests, full.Requests, r)
+		}
+	})
 }

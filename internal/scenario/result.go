@@ -40,7 +40,8 @@ type Result struct {
 	// downstream healed, fewer than half the requests succeed that did in
 	// the warm-up.
 	Metastable bool
-	// Timeline is the successes in each second of the run, from its start.
+	// Timeline is the successes in each second (Scenario.Unit) of the run,
+	// from its start.
 	Timeline []int
 	// Server is what the downstream did over the whole run.
 	Server Stats
@@ -50,7 +51,8 @@ type Result struct {
 func measure(sc Scenario, reqs []request, sim *Sim) Result {
 	F, L, H := sc.Start, sc.Length, sc.Horizon
 	end := F + H
-	secs := int((end + time.Second - 1) / time.Second)
+	unit := sc.unit()
+	secs := int((end + unit - 1) / unit)
 	started := make([]int, secs)
 	succeeded := make([]int, secs) // by start, for rates
 	res := Result{Detect: -1, Recover: -1, Timeline: make([]int, secs), Server: sim.Stats()}
@@ -59,14 +61,14 @@ func measure(sc Scenario, reqs []request, sim *Sim) Result {
 	warmFrom := F / 2
 	var warmReqs, warmOK, warmGood int
 	for _, r := range reqs {
-		if sec := int(r.start / time.Second); sec < secs {
+		if sec := int(r.start / unit); sec < secs {
 			started[sec]++
 			if r.ok {
 				succeeded[sec]++
 			}
 		}
 		if r.ok {
-			if sec := int(r.end / time.Second); sec < secs {
+			if sec := int(r.end / unit); sec < secs {
 				res.Timeline[sec]++
 			}
 		}
@@ -118,7 +120,7 @@ func measure(sc Scenario, reqs []request, sim *Sim) Result {
 		}
 		return float64(succeeded[sec]) / float64(started[sec]), true
 	}
-	after := int((F + sc.Healed) / time.Second)
+	after := int((F + sc.Healed) / unit)
 	for sec := after; sec+2 < secs; sec++ {
 		good := true
 		for k := sec; k < sec+3; k++ {
@@ -128,13 +130,13 @@ func measure(sc Scenario, reqs []request, sim *Sim) Result {
 			}
 		}
 		if good {
-			res.Recover = max(time.Duration(sec)*time.Second-F, sc.Healed)
+			res.Recover = max(time.Duration(sec)*unit-F, sc.Healed)
 			break
 		}
 	}
-	if tail := end - 10*time.Second; tail >= F+sc.Healed+20*time.Second {
+	if tail := end - 10*unit; tail >= F+sc.Healed+20*unit {
 		var n, ok int
-		for sec := int(tail / time.Second); sec < secs; sec++ {
+		for sec := int(tail / unit); sec < secs; sec++ {
 			n, ok = n+started[sec], ok+succeeded[sec]
 		}
 		res.Metastable = n > 0 && float64(ok)/float64(n) < 0.5*base

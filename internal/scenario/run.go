@@ -58,6 +58,16 @@ type Scenario struct {
 	Healed time.Duration
 	// Queue, if not 0, replaces the server's queue length.
 	Queue int
+	// Unit is the bucket of the timelines and of the recovery and
+	// metastability rules (0: a second); Scaled scales it.
+	Unit time.Duration
+}
+
+func (sc Scenario) unit() time.Duration {
+	if sc.Unit > 0 {
+		return sc.Unit
+	}
+	return time.Second
 }
 
 // Cell is one run: a server, a scenario, a load, a seed.
@@ -66,6 +76,21 @@ type Cell struct {
 	Scenario Scenario
 	Load     Load
 	Seed     uint64
+	// Network, if not nil, puts a network between the stack and the
+	// simulated server: it gets the server's call and returns the one the
+	// stack makes (through a real loopback server, say), and what stops it.
+	Network func(server func(context.Context) error) (call func(context.Context) error, stop func(), err error)
+}
+
+// Scaled returns the scenario with its timeline — warm-up, fault, horizon,
+// and the fault's own changes — k times as long; the server's service
+// times are not scaled.
+func (sc Scenario) Scaled(k float64) Scenario {
+	f := sc.Fault
+	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
+	sc.Fault = func(since time.Duration) Fault { return f(time.Duration(float64(since) / k)) }
+	sc.Start, sc.Length, sc.Horizon, sc.Healed, sc.Unit = scale(sc.Start), scale(sc.Length), scale(sc.Horizon), scale(sc.Healed), scale(sc.unit())
+	return sc
 }
 
 // request is what one request did.
@@ -100,6 +125,15 @@ func Run(cell Cell, stack Stack) (Result, error) {
 	}
 	sim := srv.Start()
 	defer sim.Stop()
+	downstream := sim.Call
+	if cell.Network != nil {
+		call, stop, err := cell.Network(sim.Call)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stop()
+		downstream = call
+	}
 
 	t0 := time.Now()
 	end := sc.Start + sc.Horizon
@@ -115,7 +149,7 @@ func Run(cell Cell, stack Stack) (Result, error) {
 		var calls atomic.Int32
 		err := stack.Do(ctx, func(ctx context.Context) error {
 			calls.Add(1)
-			return sim.Call(ctx)
+			return downstream(ctx)
 		})
 		cancel()
 		r.end, r.ok, r.calls = time.Since(t0), err == nil, calls.Load()
