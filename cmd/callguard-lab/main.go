@@ -136,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			failed++
 		}
 	}
-	fmt.Fprintf(stdout, "\n%d tables in %.0f s (%s): %d reproduced, %d not.\n", len(l.report.Tables), l.report.Elapsed, mode, len(l.report.Tables)-failed, failed)
+	fmt.Fprintf(stdout, "\n%d tables in %s (%s): %d reproduced, %d not.\n", len(l.report.Tables), (time.Duration(l.report.Elapsed * float64(time.Second))).Round(100*time.Millisecond), mode, len(l.report.Tables)-failed, failed)
 	return 0
 }
 
