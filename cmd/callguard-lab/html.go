@@ -44,6 +44,8 @@ type page struct {
 	Started, StartedTS string
 	Elapsed            string
 	Passed, Failed     int
+	Measured           int    // tables with no reference to judge against
+	Clock              string // whose time the pictures are in
 	Tables             []htmlTable
 	Timelines          []svgTimeline
 }
@@ -61,12 +63,16 @@ type htmlTable struct {
 	Notes       []string
 	Tolerance   string
 	Pass        bool
+	Class       string // pass, fail or info (measured, not judged)
 	Verdict     string
 	VerdictWord string
 }
 
 func newPage(r *Report) page {
-	p := page{Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed)}
+	p := page{Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed), Clock: "the seed's time"}
+	if r.Clock != "" {
+		p.Clock = r.Clock
+	}
 	if p.Mode == "" {
 		p.Mode = "unknown"
 	}
@@ -87,9 +93,13 @@ func newPage(r *Report) page {
 		case t.Scale > 0:
 			ht.Scale = fmt.Sprintf("durations × %g, reported in the seed's time", t.Scale)
 		}
-		if t.Pass {
-			ht.VerdictWord, p.Passed = "PASS", p.Passed+1
-		} else {
+		switch {
+		case t.Unjudged:
+			ht.VerdictWord, ht.Class, p.Measured = "MEASURED", "info", p.Measured+1
+		case t.Pass:
+			ht.VerdictWord, ht.Class, p.Passed = "PASS", "pass", p.Passed+1
+		default:
+			ht.Class = "fail"
 			p.Failed++
 		}
 		for _, row := range t.Rows {
@@ -255,7 +265,7 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 			at = 0
 		}
 		col := int(math.Floor(at / dur * plotWidth))
-		c[min(max(col, 0), plotWidth-1)]++
+		c[min(max(col, 0), plotWidth-1)] += m.count()
 	}
 
 	bandY := float64(plotTop)
@@ -268,7 +278,9 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		PlotLeft: f1(plotLeft), PlotTop: f1(plotTop), PlotRight: f1(plotLeft + plotWidth),
 		BandY: f1(bandY), BandH: f1(bandHeight),
 		AxisY: f1(axisY), TickEnd: f1(axisY + 5), AxisTitleX: f1(plotLeft + plotWidth), AxisTitleY: f1(axisY + 30),
-		MarkCount: len(tl.Marks),
+	}
+	for _, m := range tl.Marks {
+		v.MarkCount += m.count()
 	}
 
 	for _, s := range tl.States {
@@ -419,6 +431,8 @@ p.verdict.fail { background: #ffebee; }
 .badge { display: inline-block; min-width: 3em; text-align: center; font-weight: 700; font-size: 0.85em; border-radius: 3px; color: #fff; padding: 0 0.3em; margin-right: 0.4em; }
 .badge.pass { background: #2e7d32; }
 .badge.fail { background: #c62828; }
+.badge.info { background: #455a64; }
+p.verdict.info { background: #eceff1; }
 figure { margin: 1.5em 0; }
 figure svg { width: 100%; max-width: 1000px; height: auto; display: block; }
 figcaption { color: #333; margin-top: 0.3em; }
@@ -432,14 +446,14 @@ figcaption { color: #333; margin-top: 0.3em; }
 <dt>protocol</dt><dd>{{.Proto}}</dd>
 <dt>started</dt><dd>{{if .StartedTS}}<time datetime="{{.StartedTS}}">{{.Started}}</time>{{else}}{{.Started}}{{end}}</dd>
 <dt>duration</dt><dd>{{.Elapsed}}</dd>
-<dt>tables</dt><dd>{{len .Tables}}: <span class="pass">{{.Passed}} reproduced</span>, <span class="{{if .Failed}}fail{{else}}pass{{end}}">{{.Failed}} not</span></dd>
+<dt>tables</dt><dd>{{len .Tables}}: {{if .Measured}}{{.Measured}} measured, with no reference to judge against{{if or .Passed .Failed}}; {{end}}{{end}}{{if or .Passed .Failed (not .Measured)}}<span class="pass">{{.Passed}} reproduced</span>, <span class="{{if .Failed}}fail{{else}}pass{{end}}">{{.Failed}} not</span>{{end}}</dd>
 </dl>
 {{if .Tables}}<ul class="summary">
-{{range .Tables}}<li><span class="badge {{if .Pass}}pass{{else}}fail{{end}}">{{.VerdictWord}}</span><a href="#{{.Anchor}}">{{.ID}}</a> {{.Title}}{{if ne .Proto "—"}} ({{.Proto}}){{end}}</li>
+{{range .Tables}}<li><span class="badge {{.Class}}">{{.VerdictWord}}</span><a href="#{{.Anchor}}">{{.ID}}</a> {{.Title}}{{if ne .Proto "—"}} ({{.Proto}}){{end}}</li>
 {{end}}</ul>
 {{end}}
 <h2>Tables</h2>
-{{range .Tables}}<section class="table {{if .Pass}}table-pass{{else}}table-fail{{end}}" id="{{.Anchor}}">
+{{range .Tables}}<section class="table table-{{.Class}}" id="{{.Anchor}}">
 <h3>{{.ID}} {{.Title}}</h3>
 <p class="meta"><span><span class="label">id</span> {{.ID}}</span><span><span class="label">protocol</span> {{.Proto}}</span>{{if .Scale}}<span><span class="label">scale</span> {{.Scale}}</span>{{end}}</p>
 {{if .Setup}}<p><span class="label">Setup.</span> {{.Setup}}</p>
@@ -460,12 +474,12 @@ figcaption { color: #333; margin-top: 0.3em; }
 {{range .Notes}}<li>{{.}}</li>
 {{end}}</ul>
 {{end}}{{if .Tolerance}}<p><span class="label">Tolerance:</span> {{.Tolerance}}</p>
-{{end}}<p class="verdict {{if .Pass}}pass{{else}}fail{{end}}"><span class="badge {{if .Pass}}pass{{else}}fail{{end}}">{{.VerdictWord}}</span>{{.Verdict}}</p>
+{{end}}<p class="verdict {{.Class}}"><span class="badge {{.Class}}">{{.VerdictWord}}</span>{{.Verdict}}</p>
 </section>
 {{else}}<p>No tables.</p>
 {{end}}
 {{if .Timelines}}<h2>Timelines</h2>
-<p class="howto">Top band: the breaker's state. Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column (860 columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in the seed's time.</p>
+<p class="howto">Top band: the breaker's state. Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column (860 columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in {{.Clock}}.</p>
 {{range .Timelines}}{{$tl := .}}<figure id="{{.Anchor}}">
 <svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="{{.ViewBox}}" role="img" aria-labelledby="{{.Anchor}}-title" font-family="sans-serif" font-size="12">
 <title id="{{.Anchor}}-title">{{.ID}}: {{.Title}}</title>
@@ -485,7 +499,7 @@ figcaption { color: #333; margin-top: 0.3em; }
 {{$c := .Color}}{{range .Marks}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{$c}}" fill-opacity="{{.Opacity}}"/>
 {{end}}{{end}}<line x1="{{.PlotLeft}}" y1="{{.AxisY}}" x2="{{.PlotRight}}" y2="{{.AxisY}}" stroke="#424242"/>
 {{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.AxisY}}" x2="{{.X}}" y2="{{$tl.TickEnd}}" stroke="#424242"/><text x="{{.X}}" y="{{$tl.AxisY}}" dy="16" text-anchor="middle">{{.Label}}</text>
-{{end}}<text x="{{.AxisTitleX}}" y="{{.AxisTitleY}}" text-anchor="end" fill="#555555">seconds (the seed's time)</text>
+{{end}}<text x="{{.AxisTitleX}}" y="{{.AxisTitleY}}" text-anchor="end" fill="#555555">seconds ({{$.Clock}})</text>
 {{range .Legend}}{{if .Hatch}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="url(#{{$pid}})" stroke="#bdbdbd" stroke-width="0.5"/>{{else}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="{{.Fill}}"/>{{end}}<text x="{{.TextX}}" y="{{.Y}}">{{.Label}}</text>
 {{end}}</svg>
 <figcaption><strong>{{.ID}}</strong>: {{.Title}} — {{.MarkCount}} requests over {{.Duration}}.</figcaption>

@@ -19,6 +19,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
@@ -167,6 +168,8 @@ func (l *lab) kill(string) error {
 	var mu sync.Mutex
 	start := time.Now()
 	var events []string
+	var changes []scenario.Event
+	var marks []scenario.Mark
 	var opened, halfOpened, closedAfter time.Duration = -1, -1, -1
 	b, err := breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: 200 * time.Millisecond, HalfOpenSuccesses: 2,
 		OnStateChange: func(from, to breaker.State) {
@@ -174,6 +177,7 @@ func (l *lab) kill(string) error {
 			defer mu.Unlock()
 			at := time.Since(start)
 			events = append(events, fmt.Sprintf("%v→%v at %.2f s", from, to, at.Seconds()))
+			changes = append(changes, scenario.Event{At: at, From: from, To: to})
 			switch {
 			case to == breaker.StateOpen && opened < 0 && at >= killAt:
 				opened = at
@@ -226,16 +230,24 @@ func (l *lab) kill(string) error {
 				cancel()
 				mu.Lock()
 				worst = max(worst, took)
+				kind := "failure"
 				switch {
 				case took > deadline+50*time.Millisecond:
 					late++
+					kind = "timeout"
 				case err == nil:
 					ok++
+					kind = "ok"
 				case errors.Is(err, breaker.ErrOpen):
 					rejected++
+					kind = "rejected"
 				default:
 					failed++
+					if errors.Is(err, context.DeadlineExceeded) || timeout.Expired(err) {
+						kind = "timeout"
+					}
 				}
+				marks = append(marks, scenario.Mark{At: time.Since(start), Kind: kind})
 				mu.Unlock()
 				time.Sleep(20 * time.Millisecond)
 			}
@@ -282,6 +294,7 @@ func (l *lab) kill(string) error {
 	t.expect("no request later than its deadline", late == 0)
 	t.expect("rejections while the downstream was down", rejected > 0)
 	t.Notes = append(t.Notes, "transitions: "+fmt.Sprint(events))
+	l.report.Timelines = append(l.report.Timelines, timeline("K1", fmt.Sprintf("K1: the downstream process killed at %v and restarted at %v", killAt, restartAt), end, changes, marks, [][2]time.Duration{{killAt, restartAt}}))
 	l.add(t)
 	return nil
 }

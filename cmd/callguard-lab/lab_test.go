@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -70,7 +71,8 @@ func TestC1EndToEnd(t *testing.T) {
 func TestWhatIf(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	out := filepath.Join(t.TempDir(), "w.json")
-	if code := run([]string{"--chain", "../../spec/testdata/example.yaml", "--json", out}, &stdout, &stderr); code != 0 {
+	dir := filepath.Join(t.TempDir(), "report")
+	if code := run([]string{"--chain", "../../spec/testdata/example.yaml", "--json", out, "--report", dir}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	b, _ := os.ReadFile(out)
@@ -83,6 +85,50 @@ func TestWhatIf(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "already in the canonical order") {
 		t.Errorf("the example is in the canonical order, and the lab should say so:\n%s", stdout.String())
+	}
+	// A picture per scenario: the breaker's states, every request's mark,
+	// the fault's windows; the outage trips the breaker.
+	if len(r.Timelines) != len(r.Tables) {
+		t.Fatalf("%d timelines for %d scenarios", len(r.Timelines), len(r.Tables))
+	}
+	for i, tl := range r.Timelines {
+		n := 0
+		for _, row := range r.Tables[i].Rows {
+			if row[0].Text == "your chain" {
+				n = int(*row[len(row)-1].Value)
+			}
+		}
+		if len(tl.Faults) == 0 {
+			t.Fatalf("timeline %s: no fault window", tl.ID)
+		}
+		ok := 0 // as the table counts them: ending from the fault's start to the horizon
+		for _, m := range tl.Marks {
+			if m.Kind == "ok" && m.At >= tl.Faults[0][0] && m.At < tl.Duration {
+				ok += m.count()
+			}
+		}
+		if ok != n || len(tl.States) == 0 {
+			t.Errorf("timeline %s: %d ok marks (the table counts %d successes), %d fault windows, %d states", tl.ID, ok, n, len(tl.Faults), len(tl.States))
+		}
+	}
+	if opened := slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }); !opened {
+		t.Errorf("outage: the breaker never shown open: %v", r.Timelines[0].States)
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(page), "<svg"); n != len(r.Timelines) {
+		t.Errorf("the report has %d pictures for %d scenarios", n, len(r.Timelines))
+	}
+	// Measured, not judged: no reference says what your chain should do.
+	if n := strings.Count(string(page), ">MEASURED<"); n != 2*len(r.Tables) || strings.Contains(string(page), "reproduced") || strings.Contains(string(page), ">PASS<") {
+		t.Errorf("the what-if page shows %d MEASURED badges for %d tables (want two each: list and verdict), or a pass", n, len(r.Tables))
+	}
+	for _, tb := range r.Tables {
+		if !tb.Unjudged || tb.Pass {
+			t.Errorf("%s: unjudged %t, pass %t; want a table measured only", tb.ID, tb.Unjudged, tb.Pass)
+		}
 	}
 	var bad bytes.Buffer
 	if code := run([]string{"--chain", "no-such-file.yaml"}, &bytes.Buffer{}, &bad); code != 1 || !strings.Contains(bad.String(), "no-such-file.yaml") {
@@ -106,6 +152,10 @@ func TestKillAndRestart(t *testing.T) {
 	var r Report
 	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 1 || !r.Tables[0].Pass {
 		t.Fatalf("K1: %v; %s", err, stdout.String())
+	}
+	if len(r.Timelines) != 1 || len(r.Timelines[0].Marks) == 0 || len(r.Timelines[0].Faults) != 1 ||
+		!slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }) {
+		t.Errorf("K1's timeline: %+v", r.Timelines)
 	}
 }
 

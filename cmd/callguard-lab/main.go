@@ -26,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -38,6 +39,7 @@ type lab struct {
 	report   *Report
 	progress *progress
 	children *children
+	running  experiment // the experiment under way
 }
 
 func main() {
@@ -130,13 +132,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "callguard-lab: %v\n", err)
 		return 1
 	}
-	failed := 0
+	failed, measured := 0, 0
 	for _, t := range l.report.Tables {
-		if !t.Pass {
+		switch {
+		case t.Unjudged:
+			measured++
+		case !t.Pass:
 			failed++
 		}
 	}
-	fmt.Fprintf(stdout, "\n%d tables in %s (%s): %d reproduced, %d not.\n", len(l.report.Tables), (time.Duration(l.report.Elapsed * float64(time.Second))).Round(100*time.Millisecond), mode, len(l.report.Tables)-failed, failed)
+	took := time.Duration(l.report.Elapsed * float64(time.Second)).Round(100 * time.Millisecond)
+	if measured > 0 {
+		fmt.Fprintf(stdout, "\n%d scenarios in %s (%s).\n", measured, took, l.report.Mode)
+	} else {
+		fmt.Fprintf(stdout, "\n%d tables in %s (%s): %d reproduced, %d not.\n", len(l.report.Tables), took, mode, len(l.report.Tables)-failed, failed)
+	}
 	return 0
 }
 
@@ -163,16 +173,26 @@ func (l *lab) seeds(only string, protos []string) error {
 		fmt.Fprint(l.out, "; --full for the seeds' own durations")
 	}
 	fmt.Fprintln(l.out, ").")
-	for i, e := range sel {
-		ps := []string{""}
+	runs := func(e experiment) []string {
 		if e.perProto {
-			ps = protos
+			return protos
 		}
-		for _, p := range ps {
+		return []string{""}
+	}
+	var expected time.Duration
+	for _, e := range sel {
+		l.running = e
+		expected += time.Duration(float64(e.seedTime)*l.scale()) * time.Duration(len(runs(e)))
+	}
+	l.progress.begin(expected)
+	defer l.progress.end()
+	for i, e := range sel {
+		l.running = e
+		for _, p := range runs(e) {
 			if err := l.ctx.Err(); err != nil {
 				return err
 			}
-			l.progress.show(fmt.Sprintf("[%d/%d] %s %s", i+1, len(sel), e.id, p))
+			l.progress.show(strings.TrimSpace(fmt.Sprintf("[%d/%d] %s %s", i+1, len(sel), e.id, p)))
 			if err := e.run(l, p); err != nil {
 				return fmt.Errorf("%s %s: %w", e.id, p, err)
 			}
@@ -181,13 +201,19 @@ func (l *lab) seeds(only string, protos []string) error {
 	return nil
 }
 
-// progress is a single line on a terminal, rewritten in place; nothing at
-// all when the output is not a terminal.
+// progress is a single line on a terminal, rewritten in place as the run
+// goes (what runs, the time elapsed and the time expected); nothing at all
+// when the output is not a terminal.
 type progress struct {
-	w     io.Writer
-	on    bool
-	start time.Time
-	last  int
+	w        io.Writer
+	on       bool
+	start    time.Time
+	mu       sync.Mutex
+	what     string
+	last     int
+	expected time.Duration
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 func newProgress(w io.Writer) *progress {
@@ -200,17 +226,66 @@ func newProgress(w io.Writer) *progress {
 	return p
 }
 
+// begin starts rewriting the line each second, with expected as the run's
+// expected length (0: unknown); end stops it.
+func (p *progress) begin(expected time.Duration) {
+	if !p.on {
+		return
+	}
+	p.start, p.expected = time.Now(), expected
+	p.stop, p.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(p.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+				p.draw()
+			}
+		}
+	}()
+}
+
+func (p *progress) end() {
+	if p.stop != nil {
+		close(p.stop)
+		<-p.done
+		p.stop = nil
+	}
+	p.clear()
+}
+
 func (p *progress) show(what string) {
 	if !p.on {
 		return
 	}
-	line := fmt.Sprintf("%s  (%.0f s elapsed)", what, time.Since(p.start).Seconds())
+	p.mu.Lock()
+	p.what = what
+	p.mu.Unlock()
+	p.draw()
+}
+
+func (p *progress) draw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	line := fmt.Sprintf("%s  %.0f s", p.what, time.Since(p.start).Seconds())
+	if p.expected > 0 {
+		line += fmt.Sprintf(" of about %.0f s", p.expected.Seconds())
+	}
 	fmt.Fprintf(p.w, "\r%s%s", line, strings.Repeat(" ", max(0, p.last-len(line))))
 	p.last = len(line)
 }
 
 func (p *progress) clear() {
-	if p.on && p.last > 0 {
+	if !p.on {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last > 0 {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
 		p.last = 0
 	}

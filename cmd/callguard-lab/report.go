@@ -19,6 +19,7 @@ type Report struct {
 	Elapsed   float64     `json:"elapsed_s"`
 	Tables    []*Table    `json:"tables"`
 	Timelines []*Timeline `json:"timelines,omitempty"`
+	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the seed's)
 }
 
 // Table is one experiment's results, printed as the seed prints it.
@@ -34,6 +35,7 @@ type Table struct {
 	Chains    []string   `json:"chains,omitempty"`   // the configurations compared
 	Tolerance string     `json:"tolerance,omitempty"`
 	Pass      bool       `json:"pass"`
+	Unjudged  bool       `json:"unjudged,omitempty"` // measured only: no reference to judge against (Pass is then meaningless)
 	Verdict   string     `json:"verdict"`
 	Notes     []string   `json:"notes,omitempty"` // where a measured value differs from the reference, why
 	checks    []checkRes // the comparisons behind the verdict
@@ -153,6 +155,10 @@ func (t *Table) print(w io.Writer) {
 	if t.Tolerance != "" {
 		fmt.Fprintf(w, "  tolerance: %s\n", t.Tolerance)
 	}
+	if t.Unjudged {
+		fmt.Fprintf(w, "  (%s)\n", t.Verdict)
+		return
+	}
 	fmt.Fprintf(w, "  verdict: %s\n", t.Verdict)
 }
 
@@ -203,8 +209,11 @@ type StateSpan struct {
 }
 
 // TimelineMark is one request's outcome at a time: ok, failure, rejected,
-// timeout.
+// timeout; or, with N, that many requests' in a bin starting then.
 type TimelineMark struct {
 	At   float64 `json:"at_s"`
 	Kind string  `json:"kind"`
+	N    int     `json:"n,omitempty"` // the requests it stands for (0: one)
 }
+
+func (m TimelineMark) count() int { return max(m.N, 1) }

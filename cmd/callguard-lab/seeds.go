@@ -17,20 +17,21 @@ import (
 type experiment struct {
 	id       string
 	title    string
-	seedTime time.Duration // the experiment's length at scale 1, for the progress line
+	seedTime time.Duration // the experiment's real time at scale 1 (per protocol), for the progress line
+	quick    float64       // its scale in a quick run: its timeline × quick
 	perProto bool          // run once per protocol (else once)
 	run      func(l *lab, proto string) error
 }
 
 var experiments = []experiment{
-	{"A1", "SEEDS A: the breaker's transitions, native engine and gobreaker", 16 * time.Second, true, (*lab).transitions},
-	{"A2", "SEEDS A: half-open probes that reach a downstream still down", 3 * time.Second, true, (*lab).probes},
-	{"A3", "SEEDS A: recovery on a flaky downstream (virtual time)", 0, false, (*lab).recovery},
-	{"C1", "SEEDS C1: retry inside vs outside the breaker", time.Second, true, (*lab).c1},
-	{"C2", "SEEDS C2: the timeout vs the breaker's reaction time", 30 * time.Second, true, (*lab).c2},
-	{"C3", "SEEDS C3: retrying into an open breaker", 8 * time.Second, true, (*lab).c3},
-	{"C4", "SEEDS C4: a timeout below the tail latency", 40 * time.Second, true, (*lab).c4},
-	{"K1", "kill -9: a downstream process killed mid-run and restarted", 0, false, (*lab).kill},
+	{"A1", "SEEDS A: the breaker's transitions, native engine and gobreaker", 16 * time.Second, 0.5, true, (*lab).transitions},
+	{"A2", "SEEDS A: half-open probes that reach a downstream still down", 3 * time.Second, 1, true, (*lab).probes},
+	{"A3", "SEEDS A: recovery on a flaky downstream (virtual time)", 0, 1, false, (*lab).recovery},
+	{"C1", "SEEDS C1: retry inside vs outside the breaker", time.Second, 1, true, (*lab).c1},
+	{"C2", "SEEDS C2: the timeout vs the breaker's reaction time", 30 * time.Second, 0.1, true, (*lab).c2},
+	{"C3", "SEEDS C3: retrying into an open breaker", 8 * time.Second, 0.25, true, (*lab).c3},
+	{"C4", "SEEDS C4: a timeout below the tail latency", 40 * time.Second, 0.25, true, (*lab).c4},
+	{"K1", "kill -9: a downstream process killed mid-run and restarted", 4 * time.Second, 1, false, (*lab).kill},
 }
 
 func ms(d time.Duration) float64  { return float64(d) / float64(time.Millisecond) }
@@ -65,7 +66,7 @@ func timeline(id, title string, dur time.Duration, events []scenario.Event, mark
 
 // transitions is A1: the seed's script on both engines.
 func (l *lab) transitions(proto string) error {
-	scale := l.scale(0.5)
+	scale := l.scale()
 	want := []float64{700, 1750, 1750, 2800, 2900, 4200, 5250, 5250, 6300, 6400}
 	names := []string{"closed → open", "open → half-open", "half-open → open", "open → half-open", "half-open → closed",
 		"closed → open", "open → half-open", "half-open → open", "open → half-open", "half-open → closed"}
@@ -116,7 +117,7 @@ func (l *lab) transitions(proto string) error {
 
 // probes is A2: failed probes for N = 1, 3, 10 with 20 callers.
 func (l *lab) probes(proto string) error {
-	scale := l.scale(1)
+	scale := l.scale()
 	t := &Table{ID: "A2", Title: "half-open probes that reach a downstream still down", Proto: proto, Scale: scale,
 		Setup:     "20 concurrent callers; the downstream answers failures (20 ms each) until the breaker has opened 3 times; 5 consecutive failures trip, open 150 ms.",
 		Columns:   []string{"N probes", "opens", "half-opens", "failed probes", "seed"},
@@ -208,7 +209,7 @@ func (l *lab) c1(proto string) error {
 
 // c2 is SEEDS C2 over proto.
 func (l *lab) c2(proto string) error {
-	scale := l.scale(0.1)
+	scale := l.scale()
 	t := &Table{ID: "C2", Title: "the timeout vs the breaker's reaction time", Proto: proto, Scale: scale,
 		Setup:     "The downstream hangs; 5 consecutive failures open the breaker; each failure is known only when its call times out.",
 		Columns:   []string{"call timeout", "20 callers: time to open", "calls", "caller time held", "1 caller: time to open", "calls", "time held"},
@@ -248,7 +249,7 @@ func (l *lab) c2(proto string) error {
 
 // c3 is SEEDS C3 over proto.
 func (l *lab) c3(proto string) error {
-	scale := l.scale(0.25)
+	scale := l.scale()
 	t := &Table{ID: "C3", Title: "retrying into an open breaker", Proto: proto, Scale: scale,
 		Setup:     "The breaker is open; each request makes up to 3 attempts, backoff 125 ms then 250 ms.",
 		Columns:   []string{"configuration", "latency until the caller gets its failure: median", "p99", "seed"},
@@ -279,7 +280,7 @@ func (l *lab) c3(proto string) error {
 
 // c4 is SEEDS C4 over proto.
 func (l *lab) c4(proto string) error {
-	scale := l.scale(0.25)
+	scale := l.scale()
 	t := &Table{ID: "C4", Title: "a timeout below the tail latency", Proto: proto, Scale: scale,
 		Setup:     "A healthy downstream: answers take 10–100 ms, 20 % of them 100 ms–1 s; it finishes what it started (work for a caller that gave up is wasted). 20 callers for 20 s; the breaker opens on 10 % of the last 50 calls for 1 s, then closes with its window cleared.",
 		Columns:   []string{"call timeout", "breaker opens", "time open", "calls sent", "200 OK", "timed out", "server work wasted", "seed"},
@@ -312,11 +313,13 @@ func (l *lab) c4(proto string) error {
 }
 
 // scale is the experiment's scale: 1 with --full, else quick.
-func (l *lab) scale(quick float64) float64 {
-	if l.full {
+// scale is the running experiment's: 1 in a full run, its quick scale
+// otherwise.
+func (l *lab) scale() float64 {
+	if l.full || l.running.quick == 0 {
 		return 1
 	}
-	return quick
+	return l.running.quick
 }
 
 // add keeps a judged table and prints it.

@@ -8,12 +8,16 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/internal/virtual"
 	"github.com/callguard/callguard/retry"
@@ -34,6 +38,11 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 		return err
 	}
 	fmt.Fprintf(l.out, "callguard lab: what will %s do?\n\n  chain: %v\n", file, c)
+	l.report.Mode, l.report.Proto, l.report.Clock = "what-if, in virtual time", "", "the scenario's time"
+	if live {
+		l.report.Mode, l.report.Proto = fmt.Sprintf("what-if, live (timelines × %g)", liveScale), "http"
+		l.report.Clock = fmt.Sprintf("real time: the scenario's timeline × %g", liveScale)
+	}
 	fs := c.Findings()
 	if len(fs) == 0 {
 		fmt.Fprintln(l.out, "  lint: no finding")
@@ -70,26 +79,53 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 	}
 	how := "in virtual time"
 	if live {
-		how = fmt.Sprintf("live: in real time, over a real loopback HTTP server, each scenario's timeline × %g (warm-up, fault and horizon; not the service times, nor your chain's settings)", liveScale)
+		how = fmt.Sprintf("live: in real time, over a real loopback HTTP server, each scenario's timeline × %g (warm-up, fault and horizon; not the service times, nor your chain's settings), every time in real seconds", liveScale)
 	}
 	fmt.Fprintf(l.out, "\nAgainst the protection model (docs/protection.md): %d workers, p50 %v / p99 %v, %s load, each request with a %v deadline; %s.\n",
 		scenario.Model.Workers, scenario.Model.Median, scenario.Model.P99, load.Name, load.Deadline, how)
+	var expected time.Duration
+	if live {
+		for _, sc := range scenario.Scenarios {
+			sc = sc.Scaled(liveScale)
+			expected += (sc.Start + sc.Horizon) * time.Duration(len(stacks))
+		}
+	}
+	l.progress.begin(expected)
+	defer l.progress.end()
 	for i, sc := range scenario.Scenarios {
+		if live {
+			sc = sc.Scaled(liveScale)
+		}
 		l.progress.show(fmt.Sprintf("[%d/%d] %s", i+1, len(scenario.Scenarios), sc.Name))
-		t := &Table{ID: "W" + fmt.Sprint(i+1), Title: "scenario " + sc.Name, Scale: 1, Setup: describeScenario(sc),
+		t := &Table{ID: "W" + fmt.Sprint(i+1), Title: "scenario " + sc.Name, Setup: describeScenario(sc),
 			Columns: []string{"stack", "downstream calls per request", "time to trip", "recovered after the downstream", "caller p50 / p99", "server work wasted", "successes"}}
 		for _, st := range stacks {
 			var res scenario.Result
+			var changes []breaker.StateChange
+			var mu sync.Mutex
+			watched := func() (scenario.Stack, error) {
+				stack, err := st.make()
+				if c, ok := stack.(*chain.Chain); ok && err == nil {
+					if bs := adapter.Breakers(c); len(bs) > 0 {
+						bridge.BreakerWatch(bs[0], "", func(sc breaker.StateChange) {
+							mu.Lock()
+							defer mu.Unlock()
+							changes = append(changes, sc)
+						})
+					}
+				}
+				return stack, err
+			}
 			var err error
 			if live {
-				res, err = runLive(sc, load, st.make)
+				res, err = runLive(sc, load, watched)
 			} else {
 				err = virtual.Run(func(vt *testing.T) {
-					stack, err := st.make()
+					stack, err := watched()
 					if err != nil {
 						vt.Fatal(err)
 					}
-					res, err = scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1}, stack)
+					res, err = scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1, Record: true}, stack)
 					if err != nil {
 						vt.Fatal(err)
 					}
@@ -98,9 +134,9 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 			if err != nil {
 				return err
 			}
-			if live {
-				res.Detect, res.Recover = unscale(res.Detect), unscale(res.Recover)
-			}
+			mu.Lock()
+			l.report.Timelines = append(l.report.Timelines, scenarioTimeline(t.ID, sc, st.name, res, changes))
+			mu.Unlock()
 			trip, rec := "never", "not within the run"
 			if res.Detect >= 0 {
 				trip = fmt.Sprintf("%.1f s", res.Detect.Seconds())
@@ -115,7 +151,7 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 				t.Notes = append(t.Notes, st.name+": metastable: the downstream did not come back within the run")
 			}
 		}
-		t.Pass, t.Verdict = true, "measured (no reference: your chain)"
+		t.Unjudged, t.Verdict = true, "measured; no reference to judge your chain against"
 		l.report.Tables = append(l.report.Tables, t)
 		l.progress.clear()
 		t.print(l.out)
@@ -126,22 +162,43 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 // liveScale is how much --live shortens a scenario's timeline.
 const liveScale = 0.1
 
-// runLive runs one scenario in real time, over a real loopback HTTP
-// server in front of the model, its timeline × liveScale.
+// runLive runs one scenario (its timeline scaled by the caller) in real
+// time, over a real loopback HTTP server in front of the model.
 func runLive(sc scenario.Scenario, load scenario.Load, make func() (scenario.Stack, error)) (scenario.Result, error) {
 	stack, err := make()
 	if err != nil {
 		return scenario.Result{}, err
 	}
-	return scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc.Scaled(liveScale), Load: load, Seed: 1, Network: loopback}, stack)
+	return scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1, Network: loopback, Record: true}, stack)
 }
 
-// unscale turns a live run's time back into the scenario's own (-1 stays).
-func unscale(d time.Duration) time.Duration {
-	if d < 0 {
-		return d
+// scenarioTimeline is the picture of one stack's run of sc: its first
+// breaker's states, each request's outcome (binned: 400 bins over the
+// run), the fault's windows.
+func scenarioTimeline(id string, sc scenario.Scenario, stack string, res scenario.Result, changes []breaker.StateChange) *Timeline {
+	events := make([]scenario.Event, len(changes))
+	for i, c := range changes {
+		events[i] = scenario.Event{At: c.At.Sub(res.Began), From: c.From, To: c.To}
 	}
-	return time.Duration(float64(d) / liveScale)
+	tl := timeline(id+"-"+strings.ReplaceAll(stack, " ", "-"), sc.Name+": "+stack, sc.Start+sc.Horizon, events, nil, sc.FaultWindows())
+	// Thousands of requests: one mark per kind per bin, with its count.
+	bin := (sc.Start + sc.Horizon) / 400
+	type key struct {
+		bin  int64
+		kind string
+	}
+	index := map[key]int{} // into tl.Marks
+	for _, m := range res.Marks {
+		k := key{int64(m.At / bin), m.Kind}
+		i, ok := index[k]
+		if !ok {
+			i = len(tl.Marks)
+			index[k] = i
+			tl.Marks = append(tl.Marks, TimelineMark{At: (time.Duration(k.bin) * bin).Seconds(), Kind: m.Kind})
+		}
+		tl.Marks[i].N++
+	}
+	return tl
 }
 
 // loopback puts a real HTTP server in front of the simulated downstream:

@@ -120,3 +120,26 @@ func TestScaledThroughNetwork(t *testing.T) {
 		}
 	})
 }
+
+// TestFaultWindows checks the windows the timelines shade: one for a
+// steady fault, four for the flapping downstream, scaled with the scenario.
+func TestFaultWindows(t *testing.T) {
+	byName := map[string]Scenario{}
+	for _, sc := range Scenarios {
+		byName[sc.Name] = sc
+	}
+	s := time.Second
+	for _, c := range []struct {
+		sc   Scenario
+		want [][2]time.Duration
+	}{
+		{byName["outage"], [][2]time.Duration{{20 * s, 50 * s}}},
+		{byName["ramp"], [][2]time.Duration{{20 * s, 50 * s}}},
+		{byName["flapping"], [][2]time.Duration{{20 * s, 25 * s}, {30 * s, 35 * s}, {40 * s, 45 * s}, {50 * s, 55 * s}}},
+		{byName["flapping"].Scaled(0.1), [][2]time.Duration{{2 * s, 2500 * time.Millisecond}, {3 * s, 3500 * time.Millisecond}, {4 * s, 4500 * time.Millisecond}, {5 * s, 5500 * time.Millisecond}}},
+	} {
+		if got := c.sc.FaultWindows(); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.sc.Name, got, c.want)
+		}
+	}
+}

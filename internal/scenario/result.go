@@ -43,6 +43,11 @@ type Result struct {
 	// Timeline is the successes in each second (Scenario.Unit) of the run,
 	// from its start.
 	Timeline []int
+	// Began is when the run's clock started: the origin of its times.
+	Began time.Time
+	// Marks is each request's outcome at its end, in time order, with
+	// Cell.Record.
+	Marks []Mark
 	// Server is what the downstream did over the whole run.
 	Server Stats
 }

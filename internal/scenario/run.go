@@ -1,9 +1,11 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +82,8 @@ type Cell struct {
 	// simulated server: it gets the server's call and returns the one the
 	// stack makes (through a real loopback server, say), and what stops it.
 	Network func(server func(context.Context) error) (call func(context.Context) error, stop func(), err error)
+	// Record keeps each request's outcome, at its end, in Result.Marks.
+	Record bool
 }
 
 // Scaled returns the scenario with its timeline — warm-up, fault, horizon,
@@ -93,11 +97,32 @@ func (sc Scenario) Scaled(k float64) Scenario {
 	return sc
 }
 
+// FaultWindows returns when, from the run's start, the downstream is
+// faulty, as [from, to) windows, sampling the fault every hundredth of the
+// timeline's unit.
+func (sc Scenario) FaultWindows() [][2]time.Duration {
+	var out [][2]time.Duration
+	step := sc.unit() / 100
+	in := false
+	for at := time.Duration(0); at < sc.Length; at += step {
+		faulty := sc.Fault(at) != (Fault{})
+		switch {
+		case faulty && !in:
+			out = append(out, [2]time.Duration{sc.Start + at, sc.Start + sc.Length})
+		case !faulty && in:
+			out[len(out)-1][1] = sc.Start + at
+		}
+		in = faulty
+	}
+	return out
+}
+
 // request is what one request did.
 type request struct {
 	start, end time.Duration // since the run started
 	ok         bool
-	calls      int32 // downstream calls it made
+	calls      int32  // downstream calls it made
+	kind       string // with Cell.Record: its Mark's kind
 }
 
 // Run runs the cell's load through stack against the cell's server, and
@@ -153,6 +178,9 @@ func Run(cell Cell, stack Stack) (Result, error) {
 		})
 		cancel()
 		r.end, r.ok, r.calls = time.Since(t0), err == nil, calls.Load()
+		if cell.Record {
+			r.kind = markKind(err)
+		}
 		mu.Lock()
 		reqs = append(reqs, r)
 		mu.Unlock()
@@ -184,5 +212,14 @@ func Run(cell Cell, stack Stack) (Result, error) {
 		}
 	}
 	wg.Wait()
-	return measure(sc, reqs, sim), nil
+	res := measure(sc, reqs, sim)
+	res.Began = t0
+	if cell.Record {
+		res.Marks = make([]Mark, len(reqs))
+		for i, r := range reqs {
+			res.Marks[i] = Mark{At: r.end, Kind: r.kind}
+		}
+		slices.SortFunc(res.Marks, func(a, b Mark) int { return cmp.Compare(a.At, b.At) })
+	}
+	return res, nil
 }

@@ -57,18 +57,23 @@ func (r *recorder) state(from, to breaker.State) {
 }
 
 func (r *recorder) mark(err error) {
-	kind := "ok"
-	switch {
-	case errors.Is(err, breaker.ErrOpen):
-		kind = "rejected"
-	case timeout.Expired(err) || errors.Is(err, context.DeadlineExceeded):
-		kind = "timeout"
-	case err != nil:
-		kind = "failure"
-	}
+	kind := markKind(err)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.marks = append(r.marks, Mark{At: r.since(), Kind: kind})
+}
+
+// markKind is the Mark kind of a request that returned err.
+func markKind(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, breaker.ErrOpen):
+		return "rejected"
+	case timeout.Expired(err) || errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	}
+	return "failure"
 }
 
 func scaled(d time.Duration, scale float64) time.Duration {
