@@ -122,11 +122,7 @@ func Transitions(proto string, engine breaker.Engine, scale float64) (Transition
 	if err != nil {
 		return TransitionsResult{}, err
 	}
-	c, err := chain.New(b)
-	if err != nil {
-		return TransitionsResult{}, err
-	}
-	do, err := call(target, c)
+	_, do, err := through(target, b)
 	if err != nil {
 		return TransitionsResult{}, err
 	}
@@ -208,11 +204,7 @@ func Probes(proto string, n, callers int, scale float64) (ProbesResult, error) {
 	if err != nil {
 		return ProbesResult{}, err
 	}
-	c, err := chain.New(b)
-	if err != nil {
-		return ProbesResult{}, err
-	}
-	do, err := call(target, c)
+	_, do, err := through(target, b)
 	if err != nil {
 		return ProbesResult{}, err
 	}
@@ -286,11 +278,7 @@ func RetryOrder(proto string, retryOutside bool) (RetryOrderResult, error) {
 	if retryOutside {
 		order = []chain.Policy{r, b}
 	}
-	c, err := chain.New(order...)
-	if err != nil {
-		return res, err
-	}
-	do, err := call(target, c)
+	c, do, err := through(target, order...)
 	if err != nil {
 		return res, err
 	}
@@ -336,11 +324,7 @@ func Reaction(proto string, attempt time.Duration, callers int, scale float64) (
 	if err != nil {
 		return res, err
 	}
-	c, err := chain.New(b, to)
-	if err != nil {
-		return res, err
-	}
-	do, err := call(target, c)
+	c, do, err := through(target, b, to)
 	if err != nil {
 		return res, err
 	}
@@ -402,11 +386,7 @@ func IntoOpen(proto string, whenOpen bool, requests int, scale float64) (IntoOpe
 	if err != nil {
 		return IntoOpenResult{}, err
 	}
-	c, err := chain.New(r, b)
-	if err != nil {
-		return IntoOpenResult{}, err
-	}
-	do, err := call(target, c)
+	c, do, err := through(target, r, b)
 	if err != nil {
 		return IntoOpenResult{}, err
 	}
@@ -477,11 +457,7 @@ func Tail(proto string, attempt time.Duration, scale float64, seed uint64) (Tail
 	if err != nil {
 		return res, err
 	}
-	c, err := chain.New(b, to)
-	if err != nil {
-		return res, err
-	}
-	do, err := call(target, c)
+	c, do, err := through(target, b, to)
 	if err != nil {
 		return res, err
 	}

@@ -253,11 +253,17 @@ type clock struct{ start atomic.Pointer[time.Time] }
 func (c *clock) reset(t time.Time)    { c.start.Store(&t) }
 func (c *clock) since() time.Duration { return time.Since(*c.start.Load()) }
 
-// call returns the function that makes one request to target through c:
-// the chain's Do around the in-process downstream, or the adapter's client.
-func call(target Target, c *chain.Chain) (func(context.Context) error, error) {
-	if t, ok := target.(*inProcess); ok {
-		return func(ctx context.Context) error { return c.Do(ctx, t.Call) }, nil
+// through chains ps and returns the chain and the function that makes
+// one request to target through it: the chain's Do around the in-process
+// downstream, or the adapter's client.
+func through(target Target, ps ...chain.Policy) (*chain.Chain, func(context.Context) error, error) {
+	c, err := chain.New(ps...)
+	if err != nil {
+		return nil, nil, err
 	}
-	return target.Client(c)
+	if t, ok := target.(*inProcess); ok {
+		return c, func(ctx context.Context) error { return c.Do(ctx, t.Call) }, nil
+	}
+	do, err := target.Client(c)
+	return c, do, err
 }
