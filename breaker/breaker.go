@@ -166,7 +166,7 @@ func (b *Breaker) String() string {
 }
 
 // Permit is the admission of one call by [Breaker.Allow]. Report the call's
-// outcome with [Permit.Done] (or [Permit.Abandon]) exactly once, from any
+// outcome with [Permit.Done] (or [Permit.DoneNeutral]) exactly once, from any
 // goroutine. The zero Permit's Done does nothing.
 type Permit struct {
 	b     *Breaker
@@ -235,12 +235,13 @@ func (p Permit) Done(err error) {
 	p.b.done(p.ctx, p.g, p.start, p.gdone, err)
 }
 
-// Abandon reports that the admitted call ended because of its caller, for
-// example an enclosing deadline that a chain enforces inside the breaker: it
-// counts as neutral, like the caller's own cancellation (never as slow: see
-// Settings.SlowCall; the chain marks with [Failure] the attempts it judges
-// slow). Call it instead of Done.
-func (p Permit) Abandon() {
+// DoneNeutral reports the admitted call's outcome as neutral: it ended
+// because of its caller, for example at an enclosing deadline that a chain
+// enforces inside the breaker. It counts like the caller's own cancellation,
+// neither success nor failure (never as slow: see Settings.SlowCall; the
+// chain marks with [Failure] the attempts it judges slow). Call it instead
+// of Done.
+func (p Permit) DoneNeutral() {
 	if p.b == nil {
 		return
 	}

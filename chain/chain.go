@@ -69,7 +69,7 @@ type Options struct {
 
 // New builds a chain of policies, the first outermost, and lints it with
 // the default [Options]. It returns an error for a nil policy and for any
-// finding of severity [Error].
+// finding of severity [SeverityError].
 func New(policies ...Policy) (*Chain, error) { return Options{}.New(policies...) }
 
 // New builds and lints a chain with these options.
@@ -126,10 +126,10 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		if o.ignored(f.Code) {
 			continue
 		}
-		if o.Strict && f.Severity == Warning {
-			f.Severity = Error
+		if o.Strict && f.Severity == SeverityWarning {
+			f.Severity = SeverityError
 		}
-		if f.Severity == Error {
+		if f.Severity == SeverityError {
 			errs = append(errs, f)
 			continue
 		}

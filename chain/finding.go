@@ -6,23 +6,23 @@ import "fmt"
 type Severity int
 
 const (
-	// Warning: the chain is built and the finding kept in Findings.
-	Warning Severity = iota + 1
-	// Error: New fails.
-	Error
-	// Info: a trade-off the chain makes, said in numbers; kept in Findings,
+	// SeverityWarning: the chain is built and the finding kept in Findings.
+	SeverityWarning Severity = iota + 1
+	// SeverityError: New fails.
+	SeverityError
+	// SeverityInfo: a trade-off the chain makes, said in numbers; kept in Findings,
 	// never an error, also in strict mode.
-	Info
+	SeverityInfo
 )
 
 // String returns "warning", "error" or "info".
 func (s Severity) String() string {
 	switch s {
-	case Warning:
+	case SeverityWarning:
 		return "warning"
-	case Error:
+	case SeverityError:
 		return "error"
-	case Info:
+	case SeverityInfo:
 		return "info"
 	default:
 		return fmt.Sprintf("Severity(%d)", int(s))
@@ -38,7 +38,7 @@ type Finding struct {
 	Message  string
 }
 
-// Error formats the finding, so that a finding of severity Error is an error.
+// Error formats the finding, so that a finding of severity SeverityError is an error.
 func (f Finding) Error() string {
 	return fmt.Sprintf("chain: %s %s: %s", f.Severity, f.Code, f.Message)
 }

@@ -46,11 +46,11 @@ type linter struct {
 }
 
 func (l *linter) warn(code, format string, args ...any) {
-	l.out = append(l.out, Finding{Code: code, Severity: Warning, Message: fmt.Sprintf(format, args...)})
+	l.out = append(l.out, Finding{Code: code, Severity: SeverityWarning, Message: fmt.Sprintf(format, args...)})
 }
 
 func (l *linter) info(code, format string, args ...any) {
-	l.out = append(l.out, Finding{Code: code, Severity: Info, Message: fmt.Sprintf(format, args...)})
+	l.out = append(l.out, Finding{Code: code, Severity: SeverityInfo, Message: fmt.Sprintf(format, args...)})
 }
 
 func lint(steps []step, o Options) []Finding {

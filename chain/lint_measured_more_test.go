@@ -145,7 +145,7 @@ func TestMeasuredCG013(t *testing.T) {
 				info = f
 			}
 		}
-		if info.Severity != chain.Info {
+		if info.Severity != chain.SeverityInfo {
 			t.Fatalf("CG013 finding %+v, want severity info", info)
 		}
 		claim, _ := lintClaim(t, c, "CG013")

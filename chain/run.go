@@ -76,7 +76,7 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		// far as the breaker is concerned, unless a timeout inside judged
 		// the attempt (see judge).
 		if f.owner >= 0 && f.owner < i && !time.Now().Before(f.deadline) && !bridge.BreakerMarked(err) {
-			p.Abandon()
+			p.DoneNeutral()
 		} else {
 			p.Done(err)
 		}

@@ -22,16 +22,16 @@ import (
 type Class int
 
 const (
-	// Success: the call worked.
-	Success Class = iota
-	// CallerError: the downstream is healthy but refused the call (bad
+	// ClassSuccess: the call worked.
+	ClassSuccess Class = iota
+	// ClassCallerError: the downstream is healthy but refused the call (bad
 	// argument, not found, …): never trips a breaker, never retried.
-	CallerError
-	// Failure: the downstream failed; not worth retrying.
-	Failure
-	// RetryableFailure: the downstream failed; an idempotent call may be
+	ClassCallerError
+	// ClassFailure: the downstream failed; not worth retrying.
+	ClassFailure
+	// ClassRetryableFailure: the downstream failed; an idempotent call may be
 	// retried.
-	RetryableFailure
+	ClassRetryableFailure
 )
 
 // DefaultClassify is the default classification of status codes:
@@ -43,13 +43,13 @@ const (
 func DefaultClassify(c codes.Code) Class {
 	switch c {
 	case codes.OK:
-		return Success
+		return ClassSuccess
 	case codes.Unavailable, codes.ResourceExhausted, codes.DeadlineExceeded:
-		return RetryableFailure
+		return ClassRetryableFailure
 	case codes.Internal, codes.Unknown, codes.DataLoss, codes.Aborted:
-		return Failure
+		return ClassFailure
 	default:
-		return CallerError
+		return ClassCallerError
 	}
 }
 
@@ -77,9 +77,9 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req a
 		code = codes.DeadlineExceeded // a stream's first-message timeout cancels, so grpc says Canceled
 	}
 	switch cfg.classify(code) {
-	case Success, CallerError:
+	case ClassSuccess, ClassCallerError:
 		return breaker.NotFailure(retry.Permanent(err))
-	case Failure:
+	case ClassFailure:
 		return retry.Permanent(err)
 	}
 	if !mayRetry {
@@ -88,7 +88,7 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req a
 	if v := trailer.Get(pushbackKey); len(v) > 0 {
 		// gRFC A6: negative or malformed means do not retry; a number too
 		// large for a Duration waits longer than any MaxPushback.
-		return retry.After(err, adapter.PushbackMs(v[0]))
+		return retry.WithPushback(err, adapter.PushbackMs(v[0]))
 	}
 	if code == codes.ResourceExhausted {
 		// Overload, a quota or a size limit: retried only when the server

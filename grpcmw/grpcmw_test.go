@@ -574,7 +574,7 @@ func TestSuccessClassNotRetried(t *testing.T) {
 	srv, client := server(t, always(codes.AlreadyExists), grpcmw.DialOptions(c, grpcmw.AllIdempotent(),
 		grpcmw.Classify(func(code codes.Code) grpcmw.Class {
 			if code == codes.AlreadyExists {
-				return grpcmw.Success
+				return grpcmw.ClassSuccess
 			}
 			return grpcmw.DefaultClassify(code)
 		}))...)

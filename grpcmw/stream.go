@@ -213,7 +213,7 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		p, err := b.Allow(s.ctx)
 		if err != nil {
 			for _, q := range permits {
-				q.Abandon() // admitted, but the call never happened
+				q.DoneNeutral() // admitted, but the call never happened
 			}
 			return err
 		}
@@ -395,7 +395,7 @@ func (s *stream) endLocked(a *attempt, err error) {
 		if owner >= 0 && owner < s.plan.at[i] {
 			// As in package chain: a deadline from a timeout outside the
 			// breaker is the caller's, as far as the breaker is concerned.
-			p.Abandon()
+			p.DoneNeutral()
 			continue
 		}
 		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
@@ -409,7 +409,7 @@ func (s *stream) abandonLocked(a *attempt) {
 		return
 	}
 	for _, p := range a.permits {
-		p.Abandon()
+		p.DoneNeutral()
 	}
 	s.releaseLocked(a)
 }
@@ -537,7 +537,7 @@ func (s *stream) SendMsg(m any) error {
 	// calling RecvMsg. The status says nothing of the downstream's health:
 	// a failure would let a client bug open the breaker, a success (as
 	// NotFailure would count it) would close a half-open breaker that was
-	// never tested. So the attempt is neutral (Abandon), and final.
+	// never tested. So the attempt is neutral (DoneNeutral), and final.
 	if a == s.cur {
 		s.finished = true
 		s.abandonLocked(a)

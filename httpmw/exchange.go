@@ -102,7 +102,7 @@ func (x *exchange) attempt(actx context.Context) error {
 	}
 	se := &StatusError{StatusCode: resp.StatusCode}
 	if d, ok := adapter.RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-		return permanentUnless(x.mayRetry, retry.After(se, d))
+		return permanentUnless(x.mayRetry, retry.WithPushback(se, d))
 	}
 	return permanentUnless(x.mayRetry, se)
 }

@@ -113,9 +113,10 @@ func pushback(err error) (time.Duration, bool) {
 	return 0, false
 }
 
-// After wraps err with a server's retry advice (see [Pushback]); After(nil,
-// d) is nil.
-func After(err error, d time.Duration) error {
+// WithPushback wraps err with a server's retry advice (see [Pushback]): the
+// next attempt waits d instead of the backoff schedule, or none is made for
+// a negative d. WithPushback(nil, d) is nil.
+func WithPushback(err error, d time.Duration) error {
 	if err == nil {
 		return nil
 	}

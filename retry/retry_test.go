@@ -78,7 +78,7 @@ func TestGivesUpAtOnce(t *testing.T) {
 		{"open with RetryWhenOpen", breaker.ErrOpen, []retry.Option{retry.RetryWhenOpen()}, 3},
 		{"permanent", retry.Permanent(errDown), nil, 1},
 		{"RetryIf says no", errDown, []retry.Option{retry.RetryIf(func(error) bool { return false })}, 1},
-		{"pushback: do not retry", retry.After(errDown, -1), nil, 1},
+		{"pushback: do not retry", retry.WithPushback(errDown, -1), nil, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -101,7 +101,7 @@ func TestPushbackOverridesBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, retry.Constant(time.Second), retry.Jitter(0))
 		var at []time.Duration
-		err := p.Do(context.Background(), failing(1, &at, time.Now(), retry.After(errDown, 3*time.Second)))
+		err := p.Do(context.Background(), failing(1, &at, time.Now(), retry.WithPushback(errDown, 3*time.Second)))
 		if err != nil || !slices.Equal(at, []time.Duration{0, 3 * time.Second}) {
 			t.Errorf("got %v, attempts at %v; want success after the server's 3 s", err, at)
 		}
@@ -234,7 +234,7 @@ func TestPushbackTooLong(t *testing.T) {
 		p := mustNew(t, retry.MaxPushback(time.Minute))
 		start := time.Now()
 		calls := 0
-		err := p.Do(context.Background(), func(context.Context) error { calls++; return retry.After(errDown, 24*time.Hour) })
+		err := p.Do(context.Background(), func(context.Context) error { calls++; return retry.WithPushback(errDown, 24*time.Hour) })
 		var ex *retry.ExhaustedError
 		if !errors.As(err, &ex) || ex.Reason != retry.ReasonPushback || calls != 1 || time.Since(start) != 0 {
 			t.Errorf("got %v after %d calls and %v; want ReasonPushback at once", err, calls, time.Since(start))
@@ -293,13 +293,13 @@ func TestZeroBudget(t *testing.T) {
 	})
 }
 
-// TestAfterNil: retry advice on no error is no error.
-func TestAfterNil(t *testing.T) {
-	if err := retry.After(nil, time.Second); err != nil {
-		t.Errorf("After(nil, 1s) = %v, want nil", err)
+// TestWithPushbackNil: retry advice on no error is no error.
+func TestWithPushbackNil(t *testing.T) {
+	if err := retry.WithPushback(nil, time.Second); err != nil {
+		t.Errorf("WithPushback(nil, 1s) = %v, want nil", err)
 	}
-	if err := retry.After(nil, -1); err != nil {
-		t.Errorf("After(nil, -1) = %v, want nil", err)
+	if err := retry.WithPushback(nil, -1); err != nil {
+		t.Errorf("WithPushback(nil, -1) = %v, want nil", err)
 	}
 }
 

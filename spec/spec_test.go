@@ -280,7 +280,7 @@ func TestRetryJitterAndPushback(t *testing.T) {
 		calls := 0
 		err = exact.Do(context.Background(), func(context.Context) error {
 			calls++
-			return retry.After(fail, 2*time.Second)
+			return retry.WithPushback(fail, 2*time.Second)
 		})
 		var ex *retry.ExhaustedError
 		if !errors.As(err, &ex) || ex.Reason != retry.ReasonPushback || calls != 1 {
@@ -289,7 +289,7 @@ func TestRetryJitterAndPushback(t *testing.T) {
 		calls = 0
 		_ = exact.Do(context.Background(), func(context.Context) error {
 			calls++
-			return retry.After(fail, 500*time.Millisecond)
+			return retry.WithPushback(fail, 500*time.Millisecond)
 		})
 		if calls != 4 {
 			t.Errorf("pushback 500ms under maxPushback 1s: %d calls, want 4", calls)
