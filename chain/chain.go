@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deferred"
+	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
@@ -51,6 +52,12 @@ type step struct {
 	t         *timeout.Policy
 	f         *fallback.Policy
 	p         Policy
+
+	// What the chain knows of its own policies beyond their public API,
+	// resolved once by New (see internal/bridge).
+	tx *bridge.Timeout
+	rx *bridge.Retry
+	fx *bridge.Fallback
 }
 
 // Options configure how a chain is linted.
@@ -94,12 +101,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		case *breaker.Breaker:
 			s = step{kind: kindBreaker, b: v, p: p}
 		case *retry.Policy:
-			s = step{kind: kindRetry, r: v, p: p}
+			s = step{kind: kindRetry, r: v, rx: bridge.RetryOf(v), p: p}
 		case *timeout.Policy:
-			s = step{kind: kindTimeout, t: v, p: p}
+			s = step{kind: kindTimeout, t: v, tx: bridge.TimeoutOf(v), p: p}
 			c.holds = true
 		case *fallback.Policy:
-			s = step{kind: kindFallback, f: v, p: p}
+			s = step{kind: kindFallback, f: v, fx: bridge.FallbackOf(v), p: p}
 		}
 		if s.kind == kindOpaque {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
@@ -141,12 +148,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	return c, nil
 }
 
-// NeedsHolder reports whether calls of [Chain.Do] may run under attempt
-// contexts that [Hold] can keep alive: the chain has a [timeout.Policy], or
-// a policy it does not know, such as a nested Chain, that may have one.
+// needsHolder reports whether calls of [Chain.Do] may run under attempt
+// contexts that hold.Hold can keep alive: the chain has a [timeout.Policy],
+// or a policy it does not know, such as a nested Chain, that may have one.
 // When it reports false, Do never makes an attempt context, and an adapter
-// can skip [WithHolder] (or [Chain.DoHolding]). A nil Chain needs none.
-func (c *Chain) NeedsHolder() bool { return c != nil && c.holds }
+// can skip hold.WithHolder (or doHolding). A nil Chain needs none.
+func (c *Chain) needsHolder() bool { return c != nil && c.holds }
 
 func (o Options) ignored(code string) bool {
 	for _, c := range o.Ignore {
@@ -220,16 +227,16 @@ func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error 
 	return c.run(ctx, 0, frame{owner: -1}, call)
 }
 
-// DoHolding is Do under [WithHolder]: call may keep its attempt context
-// alive after it returns, with [Hold]. It spares WithHolder's allocation
+// doHolding is Do under hold.WithHolder: call may keep its attempt context
+// alive after it returns, with hold.Hold. It spares WithHolder's allocation
 // unless the chain has a policy it does not know (which may run a chain of
 // its own, and learns of the holding from the context).
-func (c *Chain) DoHolding(ctx context.Context, call func(context.Context) error) error {
+func (c *Chain) doHolding(ctx context.Context, call func(context.Context) error) error {
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
 	if c.opaque {
-		ctx = WithHolder(ctx)
+		ctx = hold.WithHolder(ctx)
 	}
 	return c.run(ctx, 0, frame{owner: -1, hold: true}, call)
 }
@@ -238,16 +245,20 @@ func init() {
 	bridge.ChainDoDeferred = func(c any, ctx context.Context, set any, call func(context.Context) error) error {
 		return c.(*Chain).doDeferred(ctx, set.(*deferred.Set), call)
 	}
+	bridge.ChainDoHolding = func(c any, ctx context.Context, call func(context.Context) error) error {
+		return c.(*Chain).doHolding(ctx, call)
+	}
+	bridge.ChainNeedsHolder = func(c any) bool { return c.(*Chain).needsHolder() }
 }
 
-// doDeferred is DoHolding with the permits of successful attempts handed to
+// doDeferred is doHolding with the permits of successful attempts handed to
 // set (see bridge.ChainDoDeferred).
 func (c *Chain) doDeferred(ctx context.Context, set *deferred.Set, call func(context.Context) error) error {
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
 	if c.opaque {
-		ctx = WithHolder(ctx)
+		ctx = hold.WithHolder(ctx)
 	}
 	return c.run(ctx, 0, frame{owner: -1, hold: true, deferred: set}, call)
 }

@@ -3,6 +3,8 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/hold"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -167,11 +169,11 @@ func TestZeroAllocRetryBreaker(t *testing.T) {
 func TestHolder(t *testing.T) {
 	c := must(chain.New(to(time.Minute)))
 	var kept context.Context
-	ctx := chain.WithHolder(context.Background())
-	var held *chain.Held
+	ctx := hold.WithHolder(context.Background())
+	var held *hold.Held
 	_ = c.Do(ctx, func(ctx context.Context) error {
 		kept = ctx
-		held = chain.Hold(ctx)
+		held = hold.Hold(ctx)
 		return nil
 	})
 	if kept.Err() != nil {
@@ -188,7 +190,7 @@ func TestHolder(t *testing.T) {
 	}
 	// Without WithHolder, Hold has nothing to hold.
 	_ = c.Do(context.Background(), func(ctx context.Context) error {
-		kept, held = ctx, chain.Hold(ctx)
+		kept, held = ctx, hold.Hold(ctx)
 		return nil
 	})
 	if kept.Err() == nil || held != nil {
@@ -233,17 +235,17 @@ func TestHolderNested(t *testing.T) {
 		must(chain.New(to(time.Hour), outer, must(chain.New(to(time.Minute))))),
 		must(chain.New(to(time.Hour), outer, hedge{}, to(time.Minute))),
 	} {
-		for _, hold := range []bool{false, true} {
+		for _, holding := range []bool{false, true} {
 			var mu sync.Mutex
 			var inner []context.Context
-			var releases []*chain.Held
-			ctx := chain.WithHolder(context.Background())
+			var releases []*hold.Held
+			ctx := hold.WithHolder(context.Background())
 			err := c.Do(ctx, func(ctx context.Context) error {
 				mu.Lock()
 				defer mu.Unlock()
 				inner = append(inner, ctx)
-				if hold {
-					releases = append(releases, chain.Hold(ctx))
+				if holding {
+					releases = append(releases, hold.Hold(ctx))
 				}
 				return nil
 			})
@@ -259,8 +261,8 @@ func TestHolderNested(t *testing.T) {
 			}
 			inner = append(inner, outer.ctx)
 			for _, ic := range inner {
-				if alive := ic.Err() == nil; alive != hold {
-					t.Errorf("%v, hold %t: attempt context alive after the call: %t", c, hold, alive)
+				if alive := ic.Err() == nil; alive != holding {
+					t.Errorf("%v, hold %t: attempt context alive after the call: %t", c, holding, alive)
 				}
 			}
 			for _, h := range releases {
@@ -268,7 +270,7 @@ func TestHolderNested(t *testing.T) {
 			}
 			for _, ic := range inner {
 				if ic.Err() == nil {
-					t.Errorf("%v, hold %t: attempt context alive after release", c, hold)
+					t.Errorf("%v, hold %t: attempt context alive after release", c, holding)
 				}
 			}
 		}
@@ -282,11 +284,11 @@ func TestHoldShared(t *testing.T) {
 	c := must(chain.New(to(time.Minute), hedge{}))
 	var mu sync.Mutex
 	var ctxs []context.Context
-	var helds []*chain.Held
-	err := c.Do(chain.WithHolder(context.Background()), func(ctx context.Context) error {
+	var helds []*hold.Held
+	err := c.Do(hold.WithHolder(context.Background()), func(ctx context.Context) error {
 		mu.Lock()
 		defer mu.Unlock()
-		ctxs, helds = append(ctxs, ctx), append(helds, chain.Hold(ctx))
+		ctxs, helds = append(ctxs, ctx), append(helds, hold.Hold(ctx))
 		return nil
 	})
 	if err != nil || len(helds) != 2 || ctxs[0] != ctxs[1] {
@@ -307,7 +309,7 @@ func TestHoldShared(t *testing.T) {
 // context to its deadline, with or without WithHolder.
 func TestPanicCancelsAttempt(t *testing.T) {
 	c := must(chain.New(to(time.Hour)))
-	for _, ctx := range []context.Context{context.Background(), chain.WithHolder(context.Background())} {
+	for _, ctx := range []context.Context{context.Background(), hold.WithHolder(context.Background())} {
 		var actx context.Context
 		func() {
 			defer func() {
@@ -341,20 +343,20 @@ func TestNeedsHolder(t *testing.T) {
 	} {
 		for _, holding := range []bool{false, true} {
 			var attemptCtx context.Context
-			var held *chain.Held
+			var held *hold.Held
 			call := func(ctx context.Context) error {
-				attemptCtx, held = ctx, chain.Hold(ctx)
+				attemptCtx, held = ctx, hold.Hold(ctx)
 				return nil
 			}
 			ctx := context.Background()
 			if holding {
-				_ = tc.c.DoHolding(ctx, call) // no WithHolder needed
+				_ = bridge.ChainDoHolding(tc.c, ctx, call) // no WithHolder needed
 			} else {
-				ctx = chain.WithHolder(ctx)
+				ctx = hold.WithHolder(ctx)
 				_ = tc.c.Do(ctx, call)
 			}
 			made := attemptCtx != ctx
-			if got := tc.c.NeedsHolder(); got != tc.want || made != tc.want || (held != nil) != tc.want {
+			if got := bridge.ChainNeedsHolder(tc.c); got != tc.want || made != tc.want || (held != nil) != tc.want {
 				t.Errorf("%v, DoHolding %t: NeedsHolder() = %t, made an attempt context: %t, held: %t; want %t", tc.c, holding, got, made, held != nil, tc.want)
 			}
 			if attemptCtx.Err() != nil {
@@ -367,7 +369,7 @@ func TestNeedsHolder(t *testing.T) {
 		}
 	}
 	var nilChain *chain.Chain
-	if nilChain.NeedsHolder() {
+	if bridge.ChainNeedsHolder(nilChain) {
 		t.Error("a nil chain needs a Holder")
 	}
 }

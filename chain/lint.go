@@ -82,10 +82,7 @@ func (l *linter) innerTimeout(i int) (time.Duration, bool) {
 		if s.kind != kindTimeout {
 			continue
 		}
-		t := s.t.Timeout()
-		if s.t.IsAdaptive() {
-			_, t = s.t.AdaptiveBounds()
-		}
+		t := s.tx.Longest()
 		if !found || t < d {
 			d, found = t, true
 		}
@@ -106,8 +103,8 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 			continue
 		}
 		a := o.r.Attempts()
-		if j < i && o.r.RetriesWhenOpen() {
-			sum, parts := sumWaits(o.r.Waits())
+		if j < i && o.rx.WhenOpen {
+			sum, parts := sumWaits(o.rx.Waits())
 			inFlight := ""
 			if known {
 				inFlight = fmt.Sprintf("; and a request in flight when it opens waits out the open stay (%v) to retry into half-open", s.OpenTimeout)
@@ -317,31 +314,28 @@ func (l *linter) retry(i int) {
 }
 
 func (l *linter) timeout(i int) {
-	t := l.steps[i].t
+	t, tx := l.steps[i].t, l.steps[i].tx
 	// CG003: below the declared healthy latency.
-	d := t.Timeout()
-	if t.IsAdaptive() {
-		_, d = t.AdaptiveBounds()
-	}
-	for _, q := range t.Declared() {
+	d := tx.Longest()
+	for _, q := range tx.Declared {
 		if q.Latency >= d && 1-q.Q >= 0.01 {
 			l.warn("CG003", "%v is at or below the downstream's declared p%s latency of %v: ≥ %s%% of calls to a healthy downstream will time out and count as failures, and a breaker will open on a downstream that is fine (docs/conflicts.md, case 4: 16 opens in 20 s at 100 ms). Fix: a timeout above the healthy tail%s, or timeout.Adaptive.",
-				t, percent(q.Q), q.Latency, percent(1-q.Q), tailHint(t.Declared()))
+				t, percent(q.Q), q.Latency, percent(1-q.Q), tailHint(tx.Declared))
 			break
 		}
 	}
 	// CG005: an overall timeout around a retry.
 	for j := i + 1; j < len(l.steps); j++ {
 		if l.steps[j].kind == kindRetry {
-			l.overallAround(t, d, l.steps[j].r, j)
+			l.overallAround(t, d, l.steps[j], j)
 			break
 		}
 	}
 	// CG014: an adaptive timeout that can grow past an outer one.
-	if t.IsAdaptive() {
+	if tx.Adaptive {
 		for k := i - 1; k >= 0; k-- {
 			o := l.steps[k]
-			if o.kind != kindTimeout || o.t.IsAdaptive() || o.t.Timeout() > d {
+			if o.kind != kindTimeout || o.tx.Adaptive || o.t.Timeout() > d {
 				continue
 			}
 			l.warn("CG014", "%v can grow up to %v (AdaptiveOptions.Max), not below the %v of the %v around it: once it has grown that far, the outer deadline ends every attempt, after the whole %v, and a retry between them gets no further attempt. Fix: AdaptiveOptions.Max below %v.",
@@ -359,8 +353,9 @@ func (l *linter) timeout(i int) {
 // when an attempt would never be made, or would be cut below what a
 // healthy answer may take (the attempt timeout's patience: its declared
 // tail latency, its adaptive estimate, or half of it).
-func (l *linter) overallAround(t *timeout.Policy, d time.Duration, r *retry.Policy, j int) {
-	waits := r.Waits()
+func (l *linter) overallAround(t *timeout.Policy, d time.Duration, rs step, j int) {
+	r := rs.r
+	waits := rs.rx.Waits()
 	total, _ := sumWaits(waits)
 	// Failing at once: the waits alone.
 	var at time.Duration
@@ -376,10 +371,7 @@ func (l *linter) overallAround(t *timeout.Policy, d time.Duration, r *retry.Poli
 	if !ok {
 		return
 	}
-	per := inner.Timeout()
-	if inner.IsAdaptive() {
-		_, per = inner.AdaptiveBounds()
-	}
+	per := bridge.TimeoutOf(inner).Longest()
 	patience := bridge.TimeoutPatience(inner)
 	need := addSat(mulSat(r.Attempts(), per), total)
 	var now time.Duration
@@ -412,10 +404,7 @@ func (l *linter) innerTimeoutPolicy(i int) (*timeout.Policy, bool) {
 		if s.kind != kindTimeout {
 			continue
 		}
-		t := s.t.Timeout()
-		if s.t.IsAdaptive() {
-			_, t = s.t.AdaptiveBounds()
-		}
+		t := s.tx.Longest()
 		if best == nil || t < d {
 			best, d = s.t, t
 		}
@@ -427,7 +416,7 @@ func percent(f float64) string {
 	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", 100*f), "0"), ".")
 }
 
-func tailHint(qs []timeout.Quantile) string {
+func tailHint(qs []bridge.Quantile) string {
 	if len(qs) == 0 {
 		return ""
 	}
@@ -436,17 +425,17 @@ func tailHint(qs []timeout.Quantile) string {
 }
 
 func (l *linter) fallback(i int) {
-	f := l.steps[i].f
+	f, onlyOpen := l.steps[i].f, l.steps[i].fx.OnlyOpen
 	for j := 0; j < i; j++ {
 		o := l.steps[j]
 		switch {
-		case o.kind == kindBreaker && !f.OnlyOpen():
+		case o.kind == kindBreaker && !onlyOpen:
 			l.warn("CG008", "%v is inside %s: the failures it answers look like successes to the breaker, which then never opens and never protects the downstream. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
 		case o.kind == kindBreaker && !l.breakerAfter(i):
 			l.warn("CG008", "%v is inside %s, and no breaker is inside it: nothing it wraps returns breaker.ErrOpen, so it never answers, and the breaker's ErrOpen reaches the caller. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
-		case o.kind == kindRetry && !f.OnlyOpen():
+		case o.kind == kindRetry && !onlyOpen:
 			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.r)
-		case o.kind == kindTimeout && !f.OnlyOpen():
+		case o.kind == kindTimeout && !onlyOpen:
 			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
 		}
 	}

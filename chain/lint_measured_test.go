@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -384,7 +385,7 @@ func TestMeasuredCG003(t *testing.T) {
 
 		// Latencies interpolated between the declared points.
 		rng := rand.New(rand.NewPCG(3, 3))
-		points := append([]timeout.Quantile{{}}, tp.Declared()...)
+		points := append([]bridge.Quantile{{}}, bridge.TimeoutOf(tp).Declared...)
 		sample := func() time.Duration {
 			u := rng.Float64()
 			for i := 1; i < len(points); i++ {

@@ -8,6 +8,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deferred"
+	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -17,7 +18,7 @@ type frame struct {
 	deadline time.Time
 	timeout  time.Duration // the timeout that set deadline
 	owner    int           // the step that set it, or -1
-	hold     bool          // under DoHolding: attempt contexts may be held
+	hold     bool          // under doHolding: attempt contexts may be held
 	deferred *deferred.Set // breakers hand the permits of successes here
 }
 
@@ -30,24 +31,34 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 	switch s.kind {
 	case kindTimeout:
 		now := time.Now()
-		dl, d := s.t.Deadline(now)
+		dl, d := s.tx.Deadline(now)
 		if f.owner < 0 || dl.Before(f.deadline) {
 			f.deadline, f.timeout, f.owner = dl, d, i
 		}
-		if !s.t.IsAdaptive() && !s.inBreaker {
+		if !s.tx.Adaptive && !s.inBreaker {
 			return c.run(ctx, i+1, f, call)
 		}
 		err := c.run(ctx, i+1, f, call)
 		if err != nil && s.inBreaker {
 			err = judge(ctx, s.t, i, f, now, err)
 		}
-		if s.t.IsAdaptive() {
-			s.t.Observe(now, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))
+		if s.tx.Adaptive {
+			s.tx.Observe(now, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))
 		}
 		return err
 
 	case kindRetry:
-		return s.r.DoUntil(ctx, f.deadline, func(ctx context.Context) error {
+		// The first attempt here, the retries in the policy: the closure
+		// for them, which escapes through the bridge, is made only on a
+		// failure.
+		if s.rx.Deposit != nil {
+			s.rx.Deposit()
+		}
+		err := c.run(ctx, i+1, f, call)
+		if err == nil {
+			return nil
+		}
+		return s.rx.Continue(ctx, f.deadline, err, func(ctx context.Context) error {
 			return c.run(ctx, i+1, f, call)
 		})
 
@@ -138,8 +149,8 @@ func judge(ctx context.Context, t *timeout.Policy, i int, f frame, start time.Ti
 func (c *Chain) fallback(ctx context.Context, i int, f frame, call func(context.Context) error) error {
 	s := &c.steps[i]
 	err := c.run(ctx, i+1, f, call)
-	if s.f.Covers(ctx, err) {
-		return s.f.Fallback(ctx, err)
+	if s.fx.Covers(ctx, err) {
+		return s.fx.Answer(ctx, err)
 	}
 	return err
 }
@@ -153,11 +164,11 @@ func (c *Chain) call(ctx context.Context, f frame, call func(context.Context) er
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)
 	}
-	cause := c.steps[f.owner].t.Cause(f.timeout)
+	cause := c.steps[f.owner].tx.CauseOf(f.timeout)
 	actx, cancel := context.WithDeadlineCause(ctx, f.deadline, cause)
-	if f.hold || holdable(ctx) {
-		a := newAttempt(ctx, actx, cancel) // the call may take the cancellation over
-		defer a.finish()
+	if f.hold || hold.Holdable(ctx) {
+		a := hold.NewAttempt(ctx, actx, cancel) // the call may take the cancellation over
+		defer a.Finish()
 		return attemptError(actx, cause, f, call(a))
 	}
 	defer cancel()

@@ -5,16 +5,19 @@ import (
 	"errors"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 // Policy answers a failed call with a fallback. It is safe for concurrent
 // use if its function is. Create one with [New]; the zero value covers
 // nothing and passes every result through.
 type Policy struct {
-	fn   func(ctx context.Context, err error) error
-	when func(ctx context.Context, err error) bool
-	desc string
-	err  error // from an option
+	fn       func(ctx context.Context, err error) error
+	when     func(ctx context.Context, err error) bool
+	desc     string
+	onlyOpen bool  // when is the default: breaker.ErrOpen alone
+	err      error // from an option
+	x        bridge.Fallback
 }
 
 // Option configures a [Policy].
@@ -29,7 +32,7 @@ func (f optionFunc) apply(p *Policy) { f(p) }
 func OnAnyFailure() Option {
 	return optionFunc(func(p *Policy) {
 		p.when = func(ctx context.Context, err error) bool { return ctx.Err() == nil }
-		p.desc = "fallback(any failure)"
+		p.desc, p.onlyOpen = "fallback(any failure)", false
 	})
 }
 
@@ -43,7 +46,7 @@ func When(covers func(error) bool) Option {
 		}
 		// As OnAnyFailure: never the caller's own cancellation or deadline.
 		p.when = func(ctx context.Context, err error) bool { return ctx.Err() == nil && covers(err) }
-		p.desc = "fallback(custom)"
+		p.desc, p.onlyOpen = "fallback(custom)", false
 	})
 }
 
@@ -56,9 +59,10 @@ func New(fn func(ctx context.Context, err error) error, opts ...Option) (*Policy
 		return nil, errors.New("fallback: New(nil): needs a fallback function")
 	}
 	p := &Policy{
-		fn:   fn,
-		when: func(_ context.Context, err error) bool { return errors.Is(err, breaker.ErrOpen) },
-		desc: "fallback(open)",
+		fn:       fn,
+		when:     func(_ context.Context, err error) bool { return errors.Is(err, breaker.ErrOpen) },
+		desc:     "fallback(open)",
+		onlyOpen: true,
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -69,30 +73,38 @@ func New(fn func(ctx context.Context, err error) error, opts ...Option) (*Policy
 	if p.err != nil {
 		return nil, p.err
 	}
+	p.x = bridge.Fallback{Covers: p.covers, Answer: p.answer, OnlyOpen: p.onlyOpen}
 	return p, nil
 }
 
-// Covers reports whether err, returned to a caller whose context is ctx,
-// goes to the fallback.
-func (p *Policy) Covers(ctx context.Context, err error) bool {
-	return err != nil && p.when != nil && p.fn != nil && p.when(ctx, err)
+func init() {
+	bridge.FallbackOf = func(p any) *bridge.Fallback {
+		q := p.(*Policy)
+		if q.x.Covers == nil { // the zero Policy
+			return &bridge.Fallback{Covers: q.covers, Answer: q.answer}
+		}
+		return &q.x
+	}
 }
 
-// OnlyOpen reports whether the fallback covers breaker.ErrOpen alone.
-func (p *Policy) OnlyOpen() bool { return p.desc == "fallback(open)" }
+// covers reports whether err, returned to a caller whose context is ctx,
+// goes to the fallback.
+func (p *Policy) covers(ctx context.Context, err error) bool {
+	return err != nil && p.when != nil && p.fn != nil && p.when(ctx, err)
+}
 
 // Do runs call and, if its error is covered, returns the fallback's result.
 func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
 	err := call(ctx)
-	if p.Covers(ctx, err) {
+	if p.covers(ctx, err) {
 		return p.fn(ctx, err)
 	}
 	return err
 }
 
-// Fallback calls the fallback function for err directly (the zero Policy
+// answer calls the fallback function for err directly (the zero Policy
 // returns err).
-func (p *Policy) Fallback(ctx context.Context, err error) error {
+func (p *Policy) answer(ctx context.Context, err error) error {
 	if p.fn == nil {
 		return err
 	}

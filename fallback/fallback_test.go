@@ -3,6 +3,7 @@ package fallback_test
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard/internal/bridge"
 	"testing"
 
 	"github.com/callguard/callguard/breaker"
@@ -35,8 +36,8 @@ func TestCovers(t *testing.T) {
 		{custom, bg, breaker.ErrOpen, false},
 		{custom, canceled, errDown, false}, // never the caller's own end
 	} {
-		if got := tc.p.Covers(tc.ctx, tc.err); got != tc.want {
-			t.Errorf("%v.Covers(%v) = %t, want %t", tc.p, tc.err, got, tc.want)
+		if got := bridge.FallbackOf(tc.p).Covers(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("%v: covers(%v) = %t, want %t", tc.p, tc.err, got, tc.want)
 		}
 	}
 	if _, err := fallback.New(nil); err == nil {
@@ -51,7 +52,7 @@ func TestNoRunTimePanics(t *testing.T) {
 		t.Errorf("When(nil): %v, %v; want an error", p, err)
 	}
 	var zero fallback.Policy
-	if err := zero.Do(context.Background(), func(context.Context) error { return errDown }); err != errDown || zero.Covers(context.Background(), errDown) {
+	if err := zero.Do(context.Background(), func(context.Context) error { return errDown }); err != errDown || bridge.FallbackOf(&zero).Covers(context.Background(), errDown) {
 		t.Errorf("zero Policy: %v", err)
 	}
 }

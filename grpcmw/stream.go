@@ -39,7 +39,7 @@ const (
 // outside the retry and the breakers bounds all attempts. Positions are in
 // the chain's policies with nested chains flattened.
 type plan struct {
-	retry    *retry.Policy
+	retry    *bridge.Retry
 	breakers []*breaker.Breaker
 	at       []int // each breaker's position in the chain
 	timeouts []*timeout.Policy
@@ -77,7 +77,7 @@ func planFor(c *chain.Chain) (plan, error) {
 			if p.retry != nil {
 				return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a stream applies one retry; keep a single retry, outside the breaker", v, i+1, c)
 			}
-			p.retry = v
+			p.retry = bridge.RetryOf(v)
 		case *breaker.Breaker:
 			p.breakers = append(p.breakers, v)
 			p.at = append(p.at, i)
@@ -365,8 +365,8 @@ func (s *stream) limit() int {
 	// Attempts count across establishment and the first receive, so a
 	// stream never makes more than the retry's attempts (or the call's cap).
 	limit := s.maxAttempts
-	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts() < limit) {
-		limit = s.plan.retry.Attempts()
+	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts < limit) {
+		limit = s.plan.retry.Attempts
 	}
 	return limit
 }

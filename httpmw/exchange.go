@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/breaker"
-	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/deferred"
+	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/retry"
 )
 
@@ -25,7 +25,7 @@ type exchange struct {
 	t        *Transport
 	req      *http.Request
 	last     *http.Response
-	held     *chain.Held    // last's attempt context, if the chain made one
+	held     *hold.Held     // last's attempt context, if the chain made one
 	answer   *http.Response // a fallback's, from Respond
 	body     io.ReadCloser  // the returned response's body
 	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
@@ -93,7 +93,7 @@ func (x *exchange) attempt(actx context.Context) error {
 	if resp.Body == nil {
 		resp.Body = http.NoBody // as net/http's Client reads a nil body from a RoundTripper
 	}
-	x.last, x.held = resp, chain.Hold(actx)
+	x.last, x.held = resp, hold.Hold(actx)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil // a protocol upgrade: a success, never retried
 	}

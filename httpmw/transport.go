@@ -152,7 +152,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.cfg.judgeBody {
 		err = bridge.ChainDoDeferred(p.chain, ctx, &x.deferred, x.attempt)
 	} else {
-		err = p.chain.DoHolding(ctx, x.attempt)
+		err = bridge.ChainDoHolding(p.chain, ctx, x.attempt)
 	}
 	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
 	defer x.mu.Unlock()

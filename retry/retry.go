@@ -41,6 +41,7 @@ type Policy struct {
 	budget      *Budget
 	maxPushback time.Duration
 	description string
+	x           bridge.Retry // what the chain knows of it (see hooks.go)
 }
 
 // Option configures a [Policy].
@@ -186,20 +187,19 @@ func New(opts ...Option) (*Policy, error) {
 	if len(c.errs) > 0 {
 		return nil, c.errs[0]
 	}
-	p := c.Policy
+	p := new(Policy)
+	*p = c.Policy
 	p.description = fmt.Sprintf("retry(%d)", p.attempts)
-	return &p, nil
+	p.x = p.bridged()
+	return p, nil
 }
 
 // Attempts returns the number of attempts, counting the first call.
 func (p *Policy) Attempts() int { return p.attempts }
 
-// RetriesWhenOpen reports whether the policy retries on breaker.ErrOpen.
-func (p *Policy) RetriesWhenOpen() bool { return p.whenOpen }
-
-// Waits returns the nominal waits between attempts (without jitter or
+// waits returns the nominal waits between attempts (without jitter or
 // pushback): Attempts()-1 durations.
-func (p *Policy) Waits() []time.Duration {
+func (p *Policy) waits() []time.Duration {
 	if p.attempts < 2 {
 		return nil
 	}
@@ -221,13 +221,13 @@ func (p *Policy) String() string { return p.description }
 // error as is when it is not retryable, and an [*ExhaustedError] when the
 // attempts, the caller's deadline or the budget end the retries.
 func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
-	return p.DoUntil(ctx, time.Time{}, call)
+	return p.doUntil(ctx, time.Time{}, call)
 }
 
-// DoUntil is Do with a deadline that the waits must respect besides ctx's
+// doUntil is Do with a deadline that the waits must respect besides ctx's
 // own (zero: none). A chain passes the deadline of an enclosing timeout this
 // way instead of making a context for it.
-func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(context.Context) error) error {
+func (p *Policy) doUntil(ctx context.Context, deadline time.Time, call func(context.Context) error) error {
 	if p.budget != nil {
 		p.budget.deposit()
 	}
@@ -238,11 +238,11 @@ func (p *Policy) DoUntil(ctx context.Context, deadline time.Time, call func(cont
 	return p.again(ctx, deadline, call, err)
 }
 
-// Continue retries a call whose first attempt was made outside the policy
+// cont retries a call whose first attempt was made outside the policy
 // and failed with err, as when a stream's failure surfaces after it was
-// created: it is DoUntil without the first call (and without crediting a
+// created: it is doUntil without the first call (and without crediting a
 // budget for a new call).
-func (p *Policy) Continue(ctx context.Context, deadline time.Time, err error, call func(context.Context) error) error {
+func (p *Policy) cont(ctx context.Context, deadline time.Time, err error, call func(context.Context) error) error {
 	if err == nil {
 		return nil
 	}

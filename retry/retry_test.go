@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"slices"
 	"strings"
@@ -56,8 +57,8 @@ func TestAttemptsAndExactWaits(t *testing.T) {
 		if !slices.Equal(at, want) {
 			t.Errorf("attempts at %v, want %v", at, want)
 		}
-		if w := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond}; !slices.Equal(waits, w) || !slices.Equal(p.Waits(), w) {
-			t.Errorf("OnRetry waits %v, Waits() %v, want %v", waits, p.Waits(), w)
+		if w := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 250 * time.Millisecond}; !slices.Equal(waits, w) || !slices.Equal(bridge.RetryOf(p).Waits(), w) {
+			t.Errorf("OnRetry waits %v, Waits() %v, want %v", waits, bridge.RetryOf(p).Waits(), w)
 		}
 		at = nil
 		if err := p.Do(context.Background(), failing(2, &at, time.Now(), errDown)); err != nil || len(at) != 3 {
@@ -123,7 +124,7 @@ func TestDeadlineEndsRetryAtOnce(t *testing.T) {
 		// DoUntil: an enclosing deadline that is not on the context.
 		at = nil
 		start = time.Now()
-		err = p.DoUntil(context.Background(), start.Add(500*time.Millisecond), failing(10, &at, start, errDown))
+		err = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(500*time.Millisecond), failing(10, &at, start, errDown))
 		if !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || len(at) != 1 || time.Since(start) != 0 {
 			t.Errorf("DoUntil: %v after %d attempts; want ReasonDeadline at once", err, len(at))
 		}
@@ -251,12 +252,12 @@ func TestContinue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0))
 		calls := 0
-		err := p.Continue(context.Background(), time.Time{}, errDown, func(context.Context) error { calls++; return errDown })
+		err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, errDown, func(context.Context) error { calls++; return errDown })
 		var ex *retry.ExhaustedError
 		if !errors.As(err, &ex) || ex.Attempts != 3 || calls != 2 {
 			t.Errorf("got %v after %d calls; want 3 attempts, 2 of them calls", err, calls)
 		}
-		if err := p.Continue(context.Background(), time.Time{}, nil, nil); err != nil {
+		if err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, nil, nil); err != nil {
 			t.Errorf("Continue(nil error) = %v", err)
 		}
 	})
@@ -266,10 +267,10 @@ func TestContinue(t *testing.T) {
 // zero Policy none.
 func TestMostAttempts(t *testing.T) {
 	p := mustNew(t, retry.MaxAttempts(retry.MaxAttemptsLimit))
-	if n := len(p.Waits()); n != retry.MaxAttemptsLimit-1 {
+	if n := len(bridge.RetryOf(p).Waits()); n != retry.MaxAttemptsLimit-1 {
 		t.Errorf("%d waits, want %d", n, retry.MaxAttemptsLimit-1)
 	}
-	if w := (&retry.Policy{}).Waits(); w != nil {
+	if w := bridge.RetryOf((&retry.Policy{})).Waits(); w != nil {
 		t.Errorf("zero Policy waits %v, want none", w)
 	}
 }

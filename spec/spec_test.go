@@ -111,11 +111,11 @@ func TestExampleIsTheRecommendedChain(t *testing.T) {
 		if got := ps[1].(*breaker.Breaker).Settings(); !reflect.DeepEqual(got, b.Settings()) {
 			t.Errorf("%s: breaker settings = %+v, want %+v", f, got, b.Settings())
 		}
-		if got := ps[0].(*retry.Policy).Waits(); !slices.Equal(got, r.Waits()) {
-			t.Errorf("%s: waits = %v, want %v", f, got, r.Waits())
+		if got := bridge.RetryOf(ps[0].(*retry.Policy)).Waits(); !slices.Equal(got, bridge.RetryOf(r).Waits()) {
+			t.Errorf("%s: waits = %v, want %v", f, got, bridge.RetryOf(r).Waits())
 		}
-		lo, hi := ps[2].(*timeout.Policy).AdaptiveBounds()
-		if wlo, whi := attempt.AdaptiveBounds(); lo != wlo || hi != whi {
+		lo, hi := tbounds(ps[2].(*timeout.Policy))
+		if wlo, whi := tbounds(attempt); lo != wlo || hi != whi {
 			t.Errorf("%s: adaptive bounds = [%v, %v], want [%v, %v]", f, lo, hi, wlo, whi)
 		}
 	}
@@ -174,25 +174,25 @@ func TestEverySetting(t *testing.T) {
 		t.Fatalf("%d policies, want 7: %q", len(ps), describe(ps))
 	}
 
-	if got := ps[0].(*timeout.Policy); got.Timeout() != 3500*time.Millisecond || got.IsAdaptive() || len(got.Declared()) != 0 {
-		t.Errorf("chain[0] = %v (adaptive %v, declared %v), want a fixed 3.5s timeout", got, got.IsAdaptive(), got.Declared())
+	if got := ps[0].(*timeout.Policy); got.Timeout() != 3500*time.Millisecond || bridge.TimeoutOf(got).Adaptive || len(bridge.TimeoutOf(got).Declared) != 0 {
+		t.Errorf("chain[0] = %v (adaptive %v, declared %v), want a fixed 3.5s timeout", got, bridge.TimeoutOf(got).Adaptive, bridge.TimeoutOf(got).Declared)
 	}
 
 	r := ps[1].(*retry.Policy)
-	if got, want := r.Waits(), []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}; r.Attempts() != 4 || !slices.Equal(got, want) {
+	if got, want := bridge.RetryOf(r).Waits(), []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond}; r.Attempts() != 4 || !slices.Equal(got, want) {
 		t.Errorf("chain[1]: %d attempts, waits %v; want 4, %v", r.Attempts(), got, want)
 	}
-	if !r.RetriesWhenOpen() {
+	if !bridge.RetryOf(r).WhenOpen {
 		t.Errorf("chain[1]: RetriesWhenOpen() = false, want true")
 	}
 	if ratio, perSecond, _, ok := bridge.RetryBudget(r); !ok || ratio != 0.25 || perSecond != 2 {
 		t.Errorf("chain[1]: budget = %v, %v (ok %v), want 0.25, 2", ratio, perSecond, ok)
 	}
 	r2 := ps[2].(*retry.Policy)
-	if got, want := r2.Waits(), []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}; r2.String() != "retry(3)" || !slices.Equal(got, want) {
+	if got, want := bridge.RetryOf(r2).Waits(), []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}; r2.String() != "retry(3)" || !slices.Equal(got, want) {
 		t.Errorf("chain[2] = %v, waits %v; want retry(3), %v", r2, got, want)
 	}
-	if r2.RetriesWhenOpen() {
+	if bridge.RetryOf(r2).WhenOpen {
 		t.Errorf("chain[2]: RetriesWhenOpen() = true, want false")
 	}
 	if _, _, _, ok := bridge.RetryBudget(r2); ok {
@@ -217,13 +217,13 @@ func TestEverySetting(t *testing.T) {
 	}
 
 	tp := ps[6].(*timeout.Policy)
-	if got := tp.Timeout(); got != 400*time.Millisecond || !tp.IsAdaptive() {
-		t.Errorf("chain[6]: timeout %v, adaptive %v; want 400ms, adaptive", got, tp.IsAdaptive())
+	if got := tp.Timeout(); got != 400*time.Millisecond || !bridge.TimeoutOf(tp).Adaptive {
+		t.Errorf("chain[6]: timeout %v, adaptive %v; want 400ms, adaptive", got, bridge.TimeoutOf(tp).Adaptive)
 	}
-	if got, want := tp.Declared(), []timeout.Quantile{{Q: 0.5, Latency: 80 * time.Millisecond}, {Q: 0.99, Latency: 250 * time.Millisecond}}; !slices.Equal(got, want) {
+	if got, want := bridge.TimeoutOf(tp).Declared, []bridge.Quantile{{Q: 0.5, Latency: 80 * time.Millisecond}, {Q: 0.99, Latency: 250 * time.Millisecond}}; !slices.Equal(got, want) {
 		t.Errorf("chain[6]: declared %v, want %v", got, want)
 	}
-	if lo, hi := tp.AdaptiveBounds(); lo != 40*time.Millisecond || hi != 2*time.Second {
+	if lo, hi := tbounds(tp); lo != 40*time.Millisecond || hi != 2*time.Second {
 		t.Errorf("chain[6]: adaptive bounds [%v, %v], want [40ms, 2s]", lo, hi)
 	}
 	// For an adaptive timeout without samples or declared latencies, the
@@ -261,7 +261,7 @@ func TestRetryJitterAndPushback(t *testing.T) {
 			t.Fatal(err)
 		}
 		exact, jittered := ps[1].(*retry.Policy), ps[2].(*retry.Policy)
-		if got, want := waits(exact), exact.Waits(); !slices.Equal(got, want) {
+		if got, want := waits(exact), bridge.RetryOf(exact).Waits(); !slices.Equal(got, want) {
 			t.Errorf("jitter 0: waits %v, want exactly %v", got, want)
 		}
 		varied := false
@@ -391,4 +391,10 @@ func TestLoadNamesTheFile(t *testing.T) {
 	if _, err := spec.Load(path); err == nil || !strings.Contains(err.Error(), path) {
 		t.Errorf("Load of a file with a syntax error: %v; want it to name %s", err, path)
 	}
+}
+
+// tbounds returns an adaptive timeout's bounds.
+func tbounds(p *timeout.Policy) (lo, hi time.Duration) {
+	x := bridge.TimeoutOf(p)
+	return x.Min, x.Max
 }

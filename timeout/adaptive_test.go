@@ -2,6 +2,7 @@ package timeout_test
 
 import (
 	"context"
+	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -82,7 +83,7 @@ func TestAdaptiveBlackhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, hi := p.AdaptiveBounds()
+		hi := bridge.TimeoutOf(p).Max
 		load(p, 50, 20*time.Second, 1, lognormal, nil)
 		warm := p.Timeout()
 		start := time.Now()

@@ -8,6 +8,24 @@ import (
 
 func init() {
 	bridge.TimeoutPatience = func(t any) time.Duration { return t.(*Policy).patience() }
+	bridge.TimeoutOf = func(p any) *bridge.Timeout { return &p.(*Policy).x }
+}
+
+// bridged returns what the chain knows of p (see bridge.Timeout).
+func (p *Policy) bridged() bridge.Timeout {
+	x := bridge.Timeout{
+		D:        p.d,
+		Cause:    p.cause,
+		NewCause: func(d time.Duration) error { return &Error{Timeout: d} },
+	}
+	for _, q := range p.declared {
+		x.Declared = append(x.Declared, bridge.Quantile{Q: q.Q, Latency: q.Latency})
+	}
+	if t := p.adaptive; t != nil {
+		x.Adaptive, x.Current, x.Observe = true, t.current, p.observe
+		x.Min, x.Max = t.min, t.max
+	}
+	return x
 }
 
 // patience is how long a healthy downstream may take to answer: the

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 // ErrTimeout matches every timeout of this package: errors.Is(err,
@@ -48,6 +50,7 @@ type Policy struct {
 	cause    *Error
 	declared []Quantile
 	adaptive *tracker
+	x        bridge.Timeout // what the chain knows of it (see hooks.go)
 }
 
 // Option configures a [Policy].
@@ -121,6 +124,7 @@ func New(d time.Duration, opts ...Option) (*Policy, error) {
 			return nil, fmt.Errorf("timeout: Latency(%v, %v) and Latency(%v, %v): a higher quantile cannot be faster", a.Q, a.Latency, b.Q, b.Latency)
 		}
 	}
+	c.p.x = c.p.bridged()
 	return c.p, nil
 }
 
@@ -131,21 +135,6 @@ func (p *Policy) Timeout() time.Duration {
 		return p.adaptive.current()
 	}
 	return p.d
-}
-
-// Declared returns the declared latency quantiles, by increasing Q.
-func (p *Policy) Declared() []Quantile { return slices.Clone(p.declared) }
-
-// IsAdaptive reports whether the timeout follows observed latency.
-func (p *Policy) IsAdaptive() bool { return p.adaptive != nil }
-
-// AdaptiveBounds returns the adaptive timeout's [min, max] (both 0 for a
-// fixed timeout).
-func (p *Policy) AdaptiveBounds() (lo, hi time.Duration) {
-	if p.adaptive == nil {
-		return 0, 0
-	}
-	return p.adaptive.min, p.adaptive.max
 }
 
 // String returns "timeout(300ms)" or "timeout(adaptive 300ms)".
@@ -216,29 +205,4 @@ func (p *Policy) observe(start time.Time, err error, fired bool) {
 	if err == nil && !fired {
 		p.adaptive.record(time.Since(start))
 	}
-}
-
-// Deadline returns the deadline this policy would give a call starting at
-// now, and the timeout behind it. It lets a chain fuse nested timeouts into
-// one context per attempt; use it with [Policy.Observe].
-func (p *Policy) Deadline(now time.Time) (time.Time, time.Duration) {
-	d := p.Timeout()
-	return now.Add(d), d
-}
-
-// Cause returns the error that a context whose deadline this policy set
-// with timeout d reports as its cause (see context.Cause): a *Error, made
-// once for the policy's fixed timeout.
-func (p *Policy) Cause(d time.Duration) error {
-	if p.cause != nil && d == p.cause.Timeout {
-		return p.cause
-	}
-	return &Error{Timeout: d}
-}
-
-// Observe feeds an adaptive timeout with a call that started at start and
-// ended with err; fired reports that this policy's deadline ended it. It
-// does nothing for a fixed timeout. [Policy.Do] calls it itself.
-func (p *Policy) Observe(start time.Time, err error, fired bool) {
-	p.observe(start, err, fired)
 }

@@ -3,6 +3,7 @@ package timeout_test
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"strings"
 	"testing"
@@ -206,7 +207,7 @@ func BenchmarkDoAdaptive(b *testing.B) {
 		b.ReportAllocs()
 		start := time.Now()
 		for b.Loop() {
-			p.Observe(start, context.DeadlineExceeded, true)
+			bridge.TimeoutOf(p).Observe(start, context.DeadlineExceeded, true)
 		}
 	})
 }

@@ -1,4 +1,9 @@
-package chain
+// Package hold lets a call keep the attempt context a chain made for it
+// alive after it returns, for results used later, such as an HTTP response
+// body read after RoundTrip: the chain cancels the context of an attempt
+// (the fused deadline of its timeouts) when the call returns, unless the
+// call holds it.
+package hold
 
 import (
 	"context"
@@ -12,7 +17,7 @@ type (
 	attemptKey struct{}
 )
 
-// WithHolder returns ctx marked so that the calls [Chain.Do] runs under it
+// WithHolder returns ctx marked so that the calls a chain's Do runs under it
 // can keep their attempt contexts alive after they return, with [Hold]:
 // for results used later, such as an HTTP response body read after
 // RoundTrip. Without the mark, the chain cancels the context it made for
@@ -33,7 +38,7 @@ func WithHolder(ctx context.Context) context.Context {
 // released. Without an attempt context to hold (no timeout, or no
 // [WithHolder]) it returns nil, whose Release does nothing.
 func Hold(ctx context.Context) *Held {
-	a, _ := ctx.Value(attemptKey{}).(*attempt)
+	a, _ := ctx.Value(attemptKey{}).(*Attempt)
 	if a == nil {
 		return nil
 	}
@@ -54,7 +59,7 @@ func Hold(ctx context.Context) *Held {
 
 // Held is one hold, by [Hold], on an attempt context.
 type Held struct {
-	a        *attempt
+	a        *Attempt
 	used     bool // given out by Hold
 	released bool // under a.mu
 }
@@ -84,13 +89,13 @@ func (h *Held) Release() {
 	}
 }
 
-// attempt is an attempt context made under [WithHolder], with what decides
+// Attempt is an attempt context made under [WithHolder], with what decides
 // when it is canceled: once its call has returned (done), unless a hold on
 // it (held) or on an attempt nested in it (holds) is not yet released.
-type attempt struct {
+type Attempt struct {
 	context.Context // the attempt's own, from context.WithDeadlineCause
 	cancel          context.CancelFunc
-	parent          *attempt    // the attempt context this one was made under
+	parent          *Attempt    // the attempt context this one was made under
 	mu              *sync.Mutex // shared by an outermost attempt and those nested in it
 	own             sync.Mutex  // mu, for an outermost attempt
 	first           Held        // the first hold on it
@@ -101,10 +106,10 @@ type attempt struct {
 	canceled bool
 }
 
-// newAttempt wraps the attempt context actx made under ctx.
-func newAttempt(ctx, actx context.Context, cancel context.CancelFunc) *attempt {
-	a := &attempt{Context: actx, cancel: cancel}
-	a.parent, _ = ctx.Value(attemptKey{}).(*attempt)
+// NewAttempt wraps the attempt context actx made under ctx.
+func NewAttempt(ctx, actx context.Context, cancel context.CancelFunc) *Attempt {
+	a := &Attempt{Context: actx, cancel: cancel}
+	a.parent, _ = ctx.Value(attemptKey{}).(*Attempt)
 	a.mu = &a.own
 	if a.parent != nil {
 		a.mu = a.parent.mu
@@ -115,16 +120,16 @@ func newAttempt(ctx, actx context.Context, cancel context.CancelFunc) *attempt {
 // Value finds the attempt record; other keys go to the attempt context, so
 // that contexts derived from it register with it as with any
 // context.WithDeadline.
-func (a *attempt) Value(key any) any {
+func (a *Attempt) Value(key any) any {
 	if key == (attemptKey{}) {
 		return a
 	}
 	return a.Context.Value(key)
 }
 
-// finish records that the attempt's call has returned, canceling its
+// Finish records that the attempt's call has returned, canceling its
 // context unless it is held. The chain defers it, so a panic cancels too.
-func (a *attempt) finish() {
+func (a *Attempt) Finish() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.done = true
@@ -132,13 +137,14 @@ func (a *attempt) finish() {
 }
 
 // maybeCancel cancels the attempt context once nothing keeps it; a.mu held.
-func (a *attempt) maybeCancel() {
+func (a *Attempt) maybeCancel() {
 	if a.done && a.held == 0 && a.holds == 0 && !a.canceled {
 		a.canceled = true
 		a.cancel()
 	}
 }
 
-func holdable(ctx context.Context) bool {
+// Holdable reports whether ctx comes from WithHolder.
+func Holdable(ctx context.Context) bool {
 	return ctx.Value(holdKey{}) != nil
 }

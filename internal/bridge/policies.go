@@ -1,0 +1,118 @@
+package bridge
+
+import (
+	"context"
+	"time"
+)
+
+// Timeout is what the chain, its lint and the adapters know of a
+// *timeout.Policy beyond its public API. The policy keeps one, made by
+// timeout.New and never changed after; TimeoutOf returns it.
+type Timeout struct {
+	D     time.Duration // the fixed timeout, or an adaptive one's start
+	Cause error         // the cause (context.Cause) of a context D ended: a *timeout.Error
+
+	// NewCause returns the cause for another timeout d (an adaptive
+	// timeout's value at the time).
+	NewCause func(d time.Duration) error
+
+	Adaptive bool
+	Current  func() time.Duration                         // adaptive: the timeout now
+	Observe  func(start time.Time, err error, fired bool) // adaptive: feed it a call
+	Min, Max time.Duration                                // adaptive: its bounds
+
+	// Declared are the quantiles given with timeout.Latency, by
+	// increasing Q.
+	Declared []Quantile
+}
+
+// Quantile is a declared point of the healthy latency distribution.
+type Quantile struct {
+	Q       float64
+	Latency time.Duration
+}
+
+// Deadline returns the deadline of a call starting at now, and the timeout
+// behind it.
+func (t *Timeout) Deadline(now time.Time) (time.Time, time.Duration) {
+	d := t.D
+	if t.Adaptive {
+		d = t.Current()
+	}
+	return now.Add(d), d
+}
+
+// CauseOf returns the cause of a context this policy ended after d.
+func (t *Timeout) CauseOf(d time.Duration) error {
+	if d == t.D && t.Cause != nil {
+		return t.Cause
+	}
+	return t.NewCause(d)
+}
+
+// Longest returns the longest timeout the policy may set: the fixed one,
+// or an adaptive one's Max.
+func (t *Timeout) Longest() time.Duration {
+	if t.Adaptive {
+		return t.Max
+	}
+	return t.D
+}
+
+// Retry is what the chain, its lint and the adapters know of a
+// *retry.Policy beyond its public API.
+type Retry struct {
+	// DoUntil is Do with a deadline that the waits must respect besides
+	// ctx's own (a chain's pending timeout, not yet a context): a wait
+	// that would end past it ends the retries instead.
+	DoUntil func(ctx context.Context, deadline time.Time, call func(context.Context) error) error
+	// Continue retries a call whose first attempt was made outside the
+	// policy and failed with err; a nil err is returned at once. A chain
+	// makes the first attempt itself, after Deposit, so that the success
+	// path passes no function to the retry (which, through a func value,
+	// would escape to the heap); a stream's first attempt is its creation.
+	// Deposit, then the first call, then Continue, is DoUntil.
+	Continue func(ctx context.Context, deadline time.Time, err error, call func(context.Context) error) error
+	// Deposit credits the retry budget with a new call (nil without a
+	// budget).
+	Deposit func()
+	// Waits returns the nominal waits between attempts (without jitter
+	// or pushback).
+	Waits    func() []time.Duration
+	Attempts int // counting the first call
+	// WhenOpen: the policy retries when a breaker rejects an attempt
+	// (retry.RetryWhenOpen).
+	WhenOpen bool
+}
+
+// Fallback is what the chain and its lint know of a *fallback.Policy.
+type Fallback struct {
+	// Covers reports whether err, returned to a caller whose context is
+	// ctx, goes to the fallback.
+	Covers func(ctx context.Context, err error) bool
+	// Answer calls the fallback function for err.
+	Answer func(ctx context.Context, err error) error
+	// OnlyOpen: the fallback covers breaker.ErrOpen alone (the default).
+	OnlyOpen bool
+}
+
+// Set by packages timeout, retry and fallback: what they keep for p, a
+// *timeout.Policy, a *retry.Policy or a *fallback.Policy (never nil; a
+// zero policy gives one that does nothing).
+var (
+	TimeoutOf  func(p any) *Timeout
+	RetryOf    func(p any) *Retry
+	FallbackOf func(p any) *Fallback
+)
+
+// Set by package chain.
+var (
+	// ChainDoHolding runs call through c, a *chain.Chain, allowing the
+	// call to keep its attempt context alive after it returns (see
+	// package hold).
+	ChainDoHolding func(c any, ctx context.Context, call func(context.Context) error) error
+	// ChainNeedsHolder reports whether c, a *chain.Chain, may make
+	// attempt contexts that hold.Hold can keep: it has a timeout, or a
+	// policy it does not know that may have one.
+	ChainNeedsHolder func(c any) bool
+)
