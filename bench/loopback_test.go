@@ -320,7 +320,7 @@ func newHTTPPlain(_ testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 
 func newHTTPCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	tr := newBaseTransport()
-	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, fullChain(tb))})
+	return httpImpl(served, tr, &http.Client{Transport: must(httpmw.New(tr, fullChain(tb)))})
 }
 
 // newHTTPCallguardHeadersOnly is the full chain counting a response when
@@ -328,13 +328,13 @@ func newHTTPCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func(
 // body costs, against newHTTPCallguard.
 func newHTTPCallguardHeadersOnly(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	tr := newBaseTransport()
-	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, fullChain(tb), httpmw.CountBodyErrors(false))})
+	return httpImpl(served, tr, &http.Client{Transport: must(httpmw.New(tr, fullChain(tb), httpmw.CountBodyErrors(false)))})
 }
 
 // newHTTPCallguardNoTimeout is retry → breaker without an attempt timeout.
 func newHTTPCallguardNoTimeout(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	tr := newBaseTransport()
-	return httpImpl(served, tr, &http.Client{Transport: httpmw.NewTransport(tr, noTimeoutChain(tb))})
+	return httpImpl(served, tr, &http.Client{Transport: must(httpmw.New(tr, noTimeoutChain(tb)))})
 }
 
 func noTimeoutChain(tb testing.TB) *chain.Chain {
@@ -459,14 +459,14 @@ func newGRPCPlain(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 }
 
 func newGRPCCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
-	return grpcImpl(tb, served, grpcmw.DialOptions(fullChain(tb), grpcmw.AllIdempotent())...)
+	return grpcImpl(tb, served, must(grpcmw.NewInterceptors(fullChain(tb), grpcmw.AllIdempotent())).DialOptions()...)
 }
 
 // newGRPCCallguardNoTimeout is retry → breaker without an attempt timeout:
 // what callguard's policies cost on their own, without the deadline
 // machinery that impl=plain-deadline measures.
 func newGRPCCallguardNoTimeout(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
-	return grpcImpl(tb, served, grpcmw.DialOptions(noTimeoutChain(tb), grpcmw.AllIdempotent())...)
+	return grpcImpl(tb, served, must(grpcmw.NewInterceptors(noTimeoutChain(tb), grpcmw.AllIdempotent())).DialOptions()...)
 }
 
 func newGRPCFailsafe(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
@@ -490,4 +490,13 @@ func newGRPCMiddleware(tb testing.TB, served *loopbackCounter) (loopbackOp, func
 		mwretry.UnaryClientInterceptor(mwretry.WithMax(3)),
 		mwtimeout.UnaryClientInterceptor(time.Second),
 	))
+}
+
+// must returns v, or panics with err (an adapter's construction error in a
+// benchmark's setup is a bug).
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

@@ -25,7 +25,8 @@ type Policy interface {
 
 // Chain runs a call through its policies, the first outermost. It is safe
 // for concurrent use if its policies are (callguard's are). Create one with
-// [New] or [Options.New]; the zero value runs calls directly.
+// [New] or [Options.New]; the zero value, and a nil *Chain, run calls
+// directly (every method accepts them).
 type Chain struct {
 	steps    []step
 	findings []Finding
@@ -91,10 +92,10 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	names := make([]string, 0, len(policies))
 	for i, p := range policies {
 		if p == nil || isNil(p) {
-			return nil, fmt.Errorf("chain: policy %d is nil", i)
+			return nil, fmt.Errorf("chain: policy #%d (index %d) is nil", i+1, i)
 		}
 		if zeroValue(p) {
-			return nil, fmt.Errorf("chain: policy %d is a zero %T; make it with its package's New", i, p)
+			return nil, fmt.Errorf("chain: policy #%d (index %d) is a zero %T; make it with its package's New", i+1, i, p)
 		}
 		s := step{kind: kindOpaque, p: p}
 		switch v := p.(type) {
@@ -210,14 +211,23 @@ func (c *Chain) Policies() []Policy {
 }
 
 // Findings returns the findings that did not block construction: warnings
-// and infos.
+// and infos (none for a nil or zero Chain).
 func (c *Chain) Findings() []Finding {
+	if c == nil {
+		return nil
+	}
 	return append([]Finding(nil), c.findings...)
 }
 
 // String renders the order, e.g.
-// "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s, 3 probes) → timeout(300ms)".
-func (c *Chain) String() string { return c.desc }
+// "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s, 3 probes) → timeout(300ms)";
+// "(empty chain)" for a nil or zero Chain, which runs calls directly.
+func (c *Chain) String() string {
+	if c == nil || c.desc == "" {
+		return "(empty chain)"
+	}
+	return c.desc
+}
 
 // Do runs call through the chain.
 func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error {

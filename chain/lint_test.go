@@ -244,9 +244,24 @@ func (f policyFunc) Do(ctx context.Context, call func(context.Context) error) er
 func TestNilPolicy(t *testing.T) {
 	var b *breaker.Breaker
 	var f policyFunc
-	for _, ps := range [][]chain.Policy{{nil}, {rt(), b}, {f}} {
-		if c, err := chain.New(ps...); c != nil || err == nil || !strings.Contains(err.Error(), "is nil") {
-			t.Errorf("New(%v) = %v, %v; want an error naming the nil policy", ps, c, err)
+	for _, tc := range []struct {
+		ps   []chain.Policy
+		name string
+	}{{[]chain.Policy{nil}, "policy #1 (index 0) is nil"}, {[]chain.Policy{rt(), b}, "policy #2 (index 1) is nil"}, {[]chain.Policy{f}, "policy #1 (index 0) is nil"}} {
+		if c, err := chain.New(tc.ps...); c != nil || err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("New(%v) = %v, %v; want an error saying %q", tc.ps, c, err, tc.name)
+		}
+	}
+}
+
+// TestNilChain: a nil *Chain and a zero Chain run calls directly, and
+// every method accepts them (Findings and String panicked on nil).
+func TestNilChain(t *testing.T) {
+	for _, c := range []*chain.Chain{nil, {}, must(chain.New())} {
+		calls := 0
+		err := c.Do(context.Background(), func(context.Context) error { calls++; return nil })
+		if err != nil || calls != 1 || c.String() != "(empty chain)" || len(c.Findings()) != 0 || len(c.Policies()) != 0 {
+			t.Errorf("%#v: Do %v after %d calls, String %q, Findings %v, Policies %v", c, err, calls, c.String(), c.Findings(), c.Policies())
 		}
 	}
 }

@@ -57,10 +57,10 @@ func BenchmarkUnary(b *testing.B) {
 		{"base", func(*testing.B) grpc.UnaryClientInterceptor { return direct }},
 		{"base-deadline", func(*testing.B) grpc.UnaryClientInterceptor { return withDeadline }},
 		{"callguard-no-timeout", func(b *testing.B) grpc.UnaryClientInterceptor {
-			return grpcmw.UnaryClientInterceptor(newChain(b, false), grpcmw.AllIdempotent())
+			return must(grpcmw.NewInterceptors(newChain(b, false), grpcmw.AllIdempotent(), grpcmw.UnaryOnly())).Unary()
 		}},
 		{"callguard", func(b *testing.B) grpc.UnaryClientInterceptor {
-			return grpcmw.UnaryClientInterceptor(newChain(b, true), grpcmw.AllIdempotent())
+			return must(grpcmw.NewInterceptors(newChain(b, true), grpcmw.AllIdempotent(), grpcmw.UnaryOnly())).Unary()
 		}},
 	}
 	for _, im := range impls {

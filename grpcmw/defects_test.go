@@ -41,13 +41,16 @@ func TestOneBreakerPerTarget(t *testing.T) {
 		builds.Add(1)
 		return chain.New(must(breaker.New(breaker.Settings{ConsecutiveFailures: 3, OpenTimeout: time.Hour})))
 	}
-	ic := must(grpcmw.NewInterceptors(nil, grpcmw.PerTarget(build, 10)))
-	for name, opts := range map[string][]grpc.DialOption{
-		"DialOptions":     grpcmw.DialOptions(nil, grpcmw.PerTarget(build, 10)),
-		"NewInterceptors": ic.DialOptions(),
+	var ic *grpcmw.Interceptors
+	for name, opts := range map[string]func() []grpc.DialOption{
+		"DialOptions": func() []grpc.DialOption { return ic.DialOptions() },
+		"Unary+Stream": func() []grpc.DialOption {
+			return []grpc.DialOption{grpc.WithChainUnaryInterceptor(ic.Unary()), grpc.WithChainStreamInterceptor(ic.Stream())}
+		},
 	} {
+		ic = must(grpcmw.NewInterceptors(nil, grpcmw.PerTarget(build, 10)))
 		builds.Store(0)
-		srv, client := server(t, always(codes.Unavailable), opts...)
+		srv, client := server(t, always(codes.Unavailable), opts()...)
 		_ = check(context.Background(), client)
 		_ = check(context.Background(), client)
 		_ = recvErr(client)
@@ -55,9 +58,9 @@ func TestOneBreakerPerTarget(t *testing.T) {
 		if !errors.Is(err, breaker.ErrOpen) || srv.Received.Load() != 3 || builds.Load() != 1 {
 			t.Errorf("%s: 4th call got %v after %d calls and %d chains built; want ErrOpen after 3 calls, one chain", name, err, srv.Received.Load(), builds.Load())
 		}
-	}
-	if list := ic.Breakers(); len(list) != 1 || list[0].State != breaker.StateOpen || list[0].Counts.Failures != 3 {
-		t.Errorf("Breakers() = %+v, want one open breaker with 3 failures", list)
+		if list := ic.Breakers(); len(list) != 1 || list[0].State != breaker.StateOpen || list[0].Counts.Failures != 3 {
+			t.Errorf("%s: Breakers() = %+v, want one open breaker with 3 failures", name, list)
+		}
 	}
 }
 
@@ -72,10 +75,6 @@ func TestMethodNames(t *testing.T) {
 	}
 	if _, err := grpcmw.NewInterceptors(c, grpcmw.Idempotent(healthpb.Health_Check_FullMethodName)); err != nil {
 		t.Errorf("Idempotent(%q): %v", healthpb.Health_Check_FullMethodName, err)
-	}
-	srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.Idempotent("Check"))...)
-	if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), "Idempotent") || srv.Received.Load() != 0 {
-		t.Errorf("through DialOptions: %v after %d calls; want the option's error, no call", err, srv.Received.Load())
 	}
 }
 
@@ -95,7 +94,7 @@ func TestServerResourceExhausted(t *testing.T) {
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 6, OpenTimeout: time.Hour}))
 		srv, client := server(t, func(int64, string) testserver.GRPCAnswer {
 			return testserver.GRPCAnswer{Code: codes.ResourceExhausted, Message: tc.msg, PushbackMs: tc.pushback}
-		}, grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...)
+		}, must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())).DialOptions()...)
 		_ = check(context.Background(), client)
 		_ = check(context.Background(), client)
 		if cn := b.Counts(); srv.Received.Load() != tc.calls || cn.Failures != uint64(tc.calls) {
@@ -108,7 +107,7 @@ func TestServerResourceExhausted(t *testing.T) {
 // raised on the client) is neutral and not retried.
 func TestUnmarshalableRequest(t *testing.T) {
 	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
-	srv, client := server(t, always(codes.OK), grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...)
+	srv, client := server(t, always(codes.OK), must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())).DialOptions()...)
 	_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "\xff"})
 	if status.Code(err) != codes.Internal || srv.Received.Load() != 0 {
 		t.Fatalf("got %v after %d calls; want Internal, none sent", err, srv.Received.Load())
@@ -130,7 +129,7 @@ func (opaque) Do(ctx context.Context, call func(context.Context) error) error { 
 func TestStreamsApplyNestedChains(t *testing.T) {
 	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
 	c := must(chain.New(threeAttempts(), must(chain.New(b))))
-	srv, client := server(t, always(codes.Unavailable), grpcmw.DialOptions(c, grpcmw.AllIdempotent())...)
+	srv, client := server(t, always(codes.Unavailable), must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).DialOptions()...)
 	if err := recvErr(client); status.Code(err) != codes.Unavailable || srv.Received.Load() != 3 {
 		t.Fatalf("got %v after %d calls; want Unavailable after 3", err, srv.Received.Load())
 	}
@@ -142,12 +141,9 @@ func TestStreamsApplyNestedChains(t *testing.T) {
 	if _, err := grpcmw.NewInterceptors(withOwn); err == nil || !strings.Contains(err.Error(), "grpcmw_test.opaque") || !strings.Contains(err.Error(), "#1") {
 		t.Errorf("NewInterceptors: %v, want an error naming policy #1, grpcmw_test.opaque", err)
 	}
-	srv2, client2 := server(t, always(codes.OK), grpcmw.DialOptions(withOwn)...)
+	_, client2 := server(t, always(codes.OK), must(grpcmw.NewInterceptors(withOwn, grpcmw.UnaryOnly())).DialOptions()...)
 	if err := check(context.Background(), client2); err != nil {
-		t.Errorf("unary: %v", err)
-	}
-	if err := recvErr(client2); err == nil || srv2.Received.Load() != 1 {
-		t.Errorf("stream: %v after %d calls; want the chain refused, no call", err, srv2.Received.Load())
+		t.Errorf("unary, with UnaryOnly: %v", err)
 	}
 }
 
@@ -159,7 +155,7 @@ func TestLastAnswer(t *testing.T) {
 	b := must(breaker.New(breaker.Settings{Name: "catalog", ConsecutiveFailures: 2, OpenTimeout: time.Hour}))
 	srv, client := server(t, func(int64, string) testserver.GRPCAnswer {
 		return testserver.GRPCAnswer{Code: codes.Unavailable, Message: "the server's own words"}
-	}, grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...)
+	}, must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())).DialOptions()...)
 	err := check(context.Background(), client)
 	var ex *retry.ExhaustedError
 	if st := status.Convert(err); st.Code() != codes.Unavailable || st.Message() != "the server's own words" || !errors.Is(err, breaker.ErrOpen) ||
@@ -185,7 +181,7 @@ func TestImpatientCallersOverGRPC(t *testing.T) {
 			defer srv.Stop()
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Minute}))
 			c := must(chain.New(threeAttempts(), b, must(timeout.New(100*time.Millisecond))))
-			conn := must(srv.Dial(grpcmw.DialOptions(c, grpcmw.AllIdempotent())...))
+			conn := must(srv.Dial(must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).DialOptions()...))
 			defer conn.Close()
 			client := healthpb.NewHealthClient(conn)
 			for range 6 {
@@ -219,5 +215,22 @@ func TestKeyedStateChangesOverGRPC(t *testing.T) {
 	slices.Sort(keys)
 	if want := []string{healthpb.Health_Check_FullMethodName + ":open", healthpb.Health_Watch_FullMethodName + ":open"}; !slices.Equal(keys, want) {
 		t.Errorf("state changes %v, want %v", keys, want)
+	}
+}
+
+// TestZeroInterceptors: zero Interceptors fail every call with an error
+// that says so, instead of panicking.
+func TestZeroInterceptors(t *testing.T) {
+	for _, ic := range []*grpcmw.Interceptors{nil, {}} {
+		_, client := server(t, always(codes.OK), ic.DialOptions()...)
+		if err := check(context.Background(), client); err == nil || !strings.Contains(err.Error(), "NewInterceptors") {
+			t.Errorf("%#v: unary call got %v, want an error pointing to NewInterceptors", ic, err)
+		}
+		if err := recvErr(client); err == nil || !strings.Contains(err.Error(), "NewInterceptors") {
+			t.Errorf("%#v: stream got %v, want an error pointing to NewInterceptors", ic, err)
+		}
+		if ic.Breakers() != nil {
+			t.Errorf("%#v: Breakers() = %v, want none", ic, ic.Breakers())
+		}
 	}
 }

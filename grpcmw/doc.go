@@ -10,12 +10,12 @@
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
 // per-attempt timeout (see package chain); the lint checks it.
-// [NewInterceptors] checks c and every option once; [DialOptions],
-// [UnaryClientInterceptor] and [StreamClientInterceptor] cannot return an
-// error, and make every call fail with it instead. The unary and stream
-// interceptors of one [NewInterceptors] or [DialOptions] share their chains:
-// with [PerMethod], [PerTarget] or [PerKey], one breaker per key sees unary
-// calls and streams alike.
+// [NewInterceptors] checks c and every option once, and returns the first
+// error, by name; no call ever fails for a bad option. Its unary and stream
+// interceptors ([Interceptors.Unary], [Interceptors.Stream], or both with
+// [Interceptors.DialOptions]) share their chains: with [PerMethod],
+// [PerTarget] or [PerKey], one breaker per key sees unary calls and streams
+// alike.
 //
 // # What is a failure
 //

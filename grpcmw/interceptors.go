@@ -2,6 +2,7 @@ package grpcmw
 
 import (
 	"context"
+	"errors"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
@@ -13,7 +14,8 @@ import (
 // Interceptors are a unary and a stream client interceptor that share one
 // configuration: one chain, or one chain per key, so that a target's unary
 // calls and streams go through the same breakers. Create them with
-// [NewInterceptors]; they are safe for concurrent use.
+// [NewInterceptors]; they are safe for concurrent use. The zero value's
+// interceptors fail every call with an error that says so.
 type Interceptors struct{ cfg *config }
 
 // NewInterceptors checks c and the options, and returns the interceptors
@@ -34,12 +36,20 @@ func NewInterceptors(c *chain.Chain, opts ...Option) (*Interceptors, error) {
 
 // Unary returns the unary client interceptor. Install it with
 // grpc.WithChainUnaryInterceptor, or use [Interceptors.DialOptions].
-func (i *Interceptors) Unary() grpc.UnaryClientInterceptor { return i.cfg.unary() }
+func (i *Interceptors) Unary() grpc.UnaryClientInterceptor {
+	if i == nil || i.cfg == nil {
+		return failUnary
+	}
+	return i.cfg.unary()
+}
 
 // Stream returns the stream client interceptor (with [UnaryOnly], one that
 // passes streams through untouched). Install it with
 // grpc.WithChainStreamInterceptor, or use [Interceptors.DialOptions].
 func (i *Interceptors) Stream() grpc.StreamClientInterceptor {
+	if i == nil || i.cfg == nil {
+		return failStream
+	}
 	if i.cfg.unaryOnly {
 		return passStream
 	}
@@ -52,7 +62,7 @@ func (i *Interceptors) Stream() grpc.StreamClientInterceptor {
 // chain's attempts.
 func (i *Interceptors) DialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(i.Unary())}
-	if !i.cfg.unaryOnly {
+	if i == nil || i.cfg == nil || !i.cfg.unaryOnly {
 		opts = append(opts, grpc.WithChainStreamInterceptor(i.Stream()))
 	}
 	return append(opts, grpc.WithDisableRetry())
@@ -61,68 +71,22 @@ func (i *Interceptors) DialOptions() []grpc.DialOption {
 // Breakers lists the breakers of the interceptors' chains, with their key
 // in a keyed set ("" for the single chain), state and counters now, by key.
 func (i *Interceptors) Breakers() []breaker.Snapshot {
+	if i == nil || i.cfg == nil {
+		return nil
+	}
 	return adapter.Snapshots(func(fn func(string, *chain.Chain)) {
 		i.cfg.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
 	})
 }
 
-// UnaryClientInterceptor runs each unary call through c (or through the
-// chain of its key, with [PerKey]). An invalid option makes every call fail
-// with its error; [NewInterceptors] reports it once instead. Streams need
-// [StreamClientInterceptor], and share no breaker state with it unless
-// both come from one [NewInterceptors] or [DialOptions].
-func UnaryClientInterceptor(c *chain.Chain, opts ...Option) grpc.UnaryClientInterceptor {
-	cfg, err := newConfig(c, append(opts[:len(opts):len(opts)], UnaryOnly()))
-	if err != nil {
-		return failUnary(err)
-	}
-	return cfg.unary()
+var errZeroInterceptors = errors.New("grpcmw: zero Interceptors; make them with grpcmw.NewInterceptors")
+
+func failUnary(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
+	return errZeroInterceptors
 }
 
-// StreamClientInterceptor runs stream establishment through c: see the
-// package documentation for what applies to streams. An invalid option,
-// or a chain a stream cannot apply, makes every stream fail with its
-// error; [NewInterceptors] reports it once instead.
-func StreamClientInterceptor(c *chain.Chain, opts ...Option) grpc.StreamClientInterceptor {
-	cfg, err := newConfig(c, opts)
-	if err != nil {
-		return failStream(err)
-	}
-	return cfg.stream()
-}
-
-// DialOptions returns the dial options that put c on a connection: both
-// interceptors, sharing one configuration (one breaker per key for unary
-// calls and streams alike), and grpc.WithDisableRetry. An invalid option
-// makes every call fail with its error; a chain that streams cannot apply
-// makes every stream fail with that error, unary calls running as usual.
-// [NewInterceptors] reports both once instead.
-func DialOptions(c *chain.Chain, opts ...Option) []grpc.DialOption {
-	cfg, err := newConfig(c, append(opts[:len(opts):len(opts)], UnaryOnly()))
-	if err != nil {
-		return []grpc.DialOption{
-			grpc.WithChainUnaryInterceptor(failUnary(err)),
-			grpc.WithChainStreamInterceptor(failStream(err)),
-			grpc.WithDisableRetry(),
-		}
-	}
-	return []grpc.DialOption{
-		grpc.WithChainUnaryInterceptor(cfg.unary()),
-		grpc.WithChainStreamInterceptor(cfg.stream()),
-		grpc.WithDisableRetry(),
-	}
-}
-
-func failUnary(err error) grpc.UnaryClientInterceptor {
-	return func(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
-		return err
-	}
-}
-
-func failStream(err error) grpc.StreamClientInterceptor {
-	return func(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, grpc.Streamer, ...grpc.CallOption) (grpc.ClientStream, error) {
-		return nil, err
-	}
+func failStream(context.Context, *grpc.StreamDesc, *grpc.ClientConn, string, grpc.Streamer, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, errZeroInterceptors
 }
 
 func passStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {

@@ -96,7 +96,7 @@ func TestStreamReplaySendEOFStillRetries(t *testing.T) {
 	}
 	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 100}))
 	c := must(chain.New(threeAttempts(), b))
-	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).Stream(), inner)))
 	defer conn.Close()
 	st := must(testpb.NewTestServiceClient(conn).StreamingInputCall(context.Background()))
 	for range 3 {
@@ -136,7 +136,7 @@ func TestStreamSendEOFEndsRetries(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				srv := testserver.NewGRPCBufconn(tc.answer)
 				defer srv.Stop()
-				conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), tc.opts...)...))
+				conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(threeAttempts())), tc.opts...)).DialOptions()...))
 				defer conn.Close()
 				st := must(testpb.NewTestServiceClient(conn).StreamingInputCall(context.Background()))
 				accepted := 0
@@ -170,7 +170,7 @@ func TestStreamSendErrorFinishesPermit(t *testing.T) {
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenTimeout: 50 * time.Millisecond}))
 		srv := testserver.NewGRPCBufconn(firstUnavailable)
 		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b)))...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(b)))).DialOptions()...))
 		defer conn.Close()
 		client := testpb.NewTestServiceClient(conn)
 		st := must(client.StreamingInputCall(context.Background()))
@@ -218,7 +218,7 @@ func TestStreamConnCloseFinishesPermit(t *testing.T) {
 					return testserver.GRPCAnswer{}
 				})
 				defer srv.Stop()
-				opts := grpcmw.DialOptions(must(chain.New(b)))
+				opts := must(grpcmw.NewInterceptors(must(chain.New(b)))).DialOptions()
 				conn1 := must(srv.Dial(opts...))
 				c1 := healthpb.NewHealthClient(conn1)
 				_ = check(context.Background(), c1) // opens
@@ -252,7 +252,7 @@ func TestStreamHeaderThenRecv(t *testing.T) {
 		srv := testserver.NewGRPCBufconn(firstUnavailable)
 		defer srv.Stop()
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())).DialOptions()...))
 		defer conn.Close()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 		if _, err := w.Header(); err != nil {
@@ -282,7 +282,7 @@ func TestStreamTimeouts(t *testing.T) {
 		})
 		defer srv.Stop()
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b, must(timeout.New(100*time.Millisecond)))))...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(b, must(timeout.New(100*time.Millisecond)))))).DialOptions()...))
 		defer conn.Close()
 		start := time.Now()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
@@ -318,8 +318,8 @@ func TestStreamTimeouts(t *testing.T) {
 				}
 				bu := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
 				bs := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
-				cu := must(srv.Dial(grpcmw.DialOptions(newChain(bu))...))
-				cs := must(srv.Dial(grpcmw.DialOptions(newChain(bs), grpcmw.FirstMessageTimeout(50*time.Millisecond))...))
+				cu := must(srv.Dial(must(grpcmw.NewInterceptors(newChain(bu))).DialOptions()...))
+				cs := must(srv.Dial(must(grpcmw.NewInterceptors(newChain(bs), grpcmw.FirstMessageTimeout(50*time.Millisecond))).DialOptions()...))
 				defer cu.Close()
 				defer cs.Close()
 				if err := check(context.Background(), healthpb.NewHealthClient(cu)); status.Code(err) != codes.DeadlineExceeded {
@@ -363,7 +363,7 @@ func TestStreamCreationBoundedByChainTimeout(t *testing.T) {
 	srv := must(testserver.NewGRPC(always(codes.OK)))
 	srv.Stop() // nobody listens
 	c := must(chain.New(must(timeout.New(100 * time.Millisecond))))
-	conn := must(srv.Dial(grpcmw.DialOptions(c)...))
+	conn := must(srv.Dial(must(grpcmw.NewInterceptors(c)).DialOptions()...))
 	defer conn.Close()
 	client := healthpb.NewHealthClient(conn)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -378,7 +378,7 @@ func TestStreamCreationBoundedByChainTimeout(t *testing.T) {
 	// counts as a failure, and is retried.
 	synctest.Test(t, func(t *testing.T) {
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 10}))
-		icpt := grpcmw.StreamClientInterceptor(must(chain.New(threeAttempts(), b, must(timeout.New(100*time.Millisecond)))), grpcmw.AllIdempotent())
+		icpt := must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b, must(timeout.New(100*time.Millisecond)))), grpcmw.AllIdempotent())).Stream()
 		calls := 0
 		start := time.Now()
 		_, err := icpt(context.Background(), serverStreaming, nil, "/s/M", func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
@@ -402,7 +402,7 @@ func TestStreamCanceledDuringCreation(t *testing.T) {
 	t.Run("fake stream", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
-			icpt := grpcmw.StreamClientInterceptor(must(chain.New(b)))
+			icpt := must(grpcmw.NewInterceptors(must(chain.New(b)))).Stream()
 			ctx, cancel := context.WithCancel(context.Background())
 			cs, err := icpt(ctx, serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
 				cancel()
@@ -427,7 +427,7 @@ func TestStreamCanceledDuringCreation(t *testing.T) {
 				return cs, err
 			}
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
-			conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(must(chain.New(b))), inner)))
+			conn := must(srv.Dial(grpc.WithChainStreamInterceptor(must(grpcmw.NewInterceptors(must(chain.New(b)))).Stream(), inner)))
 			defer conn.Close()
 			w, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
 			if err == nil {
@@ -448,13 +448,19 @@ func TestStreamBufferBoundedByFlowControl(t *testing.T) {
 		msgs, bytes int
 		ok          bool
 	}{{16, 64 << 10, true}, {1024, 100, true}, {16, 64<<10 + 1, false}, {1025, 100, false}} {
-		icpt := grpcmw.StreamClientInterceptor(must(chain.New(fiveConsecutive())), grpcmw.StreamBuffer(tc.msgs, tc.bytes))
-		ctx, cancel := context.WithCancel(context.Background())
-		_, err := icpt(ctx, serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
-			return &fakeStream{ctx: c}, nil
-		})
+		ic, err := grpcmw.NewInterceptors(must(chain.New(fiveConsecutive())), grpcmw.StreamBuffer(tc.msgs, tc.bytes))
 		if ok := err == nil; ok != tc.ok || !ok && !strings.Contains(err.Error(), "StreamBuffer(") {
 			t.Errorf("StreamBuffer(%d, %d): %v", tc.msgs, tc.bytes, err)
+		}
+		if err != nil {
+			continue
+		}
+		icpt := ic.Stream()
+		ctx, cancel := context.WithCancel(context.Background())
+		if _, err := icpt(ctx, serverStreaming, nil, "/s/M", func(c context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, _ ...grpc.CallOption) (grpc.ClientStream, error) {
+			return &fakeStream{ctx: c}, nil
+		}); err != nil {
+			t.Errorf("StreamBuffer(%d, %d): a stream got %v", tc.msgs, tc.bytes, err)
 		}
 		cancel()
 	}
@@ -465,7 +471,7 @@ func TestStreamBufferBoundedByFlowControl(t *testing.T) {
 // stream's retries, as an overflow does.
 func TestStreamUnsizedMessageEndsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		icpt := grpcmw.StreamClientInterceptor(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())
+		icpt := must(grpcmw.NewInterceptors(must(chain.New(threeAttempts())), grpcmw.AllIdempotent())).Stream()
 		for _, tc := range []struct {
 			msg   any
 			calls int
@@ -509,7 +515,7 @@ func TestStreamRetryReplayDoesNotBlockBidi(t *testing.T) {
 		return streamer(ctx, desc, cc, method, opts...)
 	}
 	c := must(chain.New(threeAttempts()))
-	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+	conn := must(srv.Dial(grpc.WithChainStreamInterceptor(must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).Stream(), inner)))
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -565,7 +571,7 @@ func TestStreamPushbackIsTheFailedAttempts(t *testing.T) {
 			return streamer(ctx, desc, cc, method, opts...)
 		}
 		c := must(chain.New(threeAttempts()))
-		conn := must(srv.Dial(grpc.WithChainStreamInterceptor(grpcmw.StreamClientInterceptor(c, grpcmw.AllIdempotent()), inner)))
+		conn := must(srv.Dial(grpc.WithChainStreamInterceptor(must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).Stream(), inner)))
 		defer conn.Close()
 		start := time.Now()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
@@ -591,7 +597,7 @@ func TestStreamOverflowIsNotRetried(t *testing.T) {
 		return testserver.GRPCAnswer{}
 	}))
 	defer srv.Stop()
-	conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts())), grpcmw.AllIdempotent(), grpcmw.StreamBuffer(2, 64<<10))...))
+	conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(threeAttempts())), grpcmw.AllIdempotent(), grpcmw.StreamBuffer(2, 64<<10))).DialOptions()...))
 	defer conn.Close()
 	client := testpb.NewTestServiceClient(conn)
 	upload := func(k int) (int32, error) {
@@ -629,7 +635,7 @@ func TestStreamCallerEndsAreNeutral(t *testing.T) {
 		})
 		defer srv.Stop()
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(b)))...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(b)))).DialOptions()...))
 		defer conn.Close()
 		client := healthpb.NewHealthClient(conn)
 		w := must(client.Watch(context.Background(), &healthpb.HealthCheckRequest{}))
@@ -656,7 +662,7 @@ func TestStreamCallerEndsAreNeutral(t *testing.T) {
 		b2 := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
 		srv2 := testserver.NewGRPCBufconn(always(codes.Unavailable))
 		defer srv2.Stop()
-		conn2 := must(srv2.Dial(grpcmw.DialOptions(must(chain.New(b2)))...))
+		conn2 := must(srv2.Dial(must(grpcmw.NewInterceptors(must(chain.New(b2)))).DialOptions()...))
 		defer conn2.Close()
 		client2 := healthpb.NewHealthClient(conn2)
 		w = must(client2.Watch(context.Background(), &healthpb.HealthCheckRequest{}))
@@ -687,7 +693,7 @@ func TestConnCloseDuringCallIsNeutral(t *testing.T) {
 				if tc.retry {
 					c, opts = must(chain.New(threeAttempts(), b)), []grpcmw.Option{grpcmw.AllIdempotent()}
 				}
-				conn := must(srv.Dial(grpcmw.DialOptions(c, opts...)...))
+				conn := must(srv.Dial(must(grpcmw.NewInterceptors(c, opts...)).DialOptions()...))
 				client := healthpb.NewHealthClient(conn)
 				errc := make(chan error, 1)
 				go func() {
@@ -727,7 +733,7 @@ func TestSizeLimits(t *testing.T) {
 		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 3, OpenTimeout: time.Hour}))
 		srv := testserver.NewGRPCBufconn(always(codes.OK))
 		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(threeAttempts(), b)), grpcmw.AllIdempotent())).DialOptions()...))
 		defer conn.Close()
 		client := healthpb.NewHealthClient(conn)
 		_, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "0123456789"}, grpc.MaxCallSendMsgSize(5))
@@ -755,7 +761,7 @@ func TestSizeLimits(t *testing.T) {
 // server whose first call fails with Unavailable; stop ends both.
 func watchFailingOnce(r *retry.Policy) (srv *testserver.GRPC, w healthpb.Health_WatchClient, stop func()) {
 	srv = testserver.NewGRPCBufconn(firstUnavailable)
-	conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(r)), grpcmw.AllIdempotent())...))
+	conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(r)), grpcmw.AllIdempotent())).DialOptions()...))
 	w = must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 	return srv, w, func() { conn.Close(); srv.Stop() }
 }
@@ -838,7 +844,7 @@ func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 			return testserver.GRPCAnswer{}
 		})
 		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry())), grpcmw.AllIdempotent())...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(slowRetry())), grpcmw.AllIdempotent())).DialOptions()...))
 		defer conn.Close()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 		done := make(chan error, 1)
@@ -852,7 +858,7 @@ func TestStreamStatusAfterCommitAndEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := testserver.NewGRPCBufconn(func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{Hang: true} })
 		defer srv.Stop()
-		conn := must(srv.Dial(grpcmw.DialOptions(must(chain.New(slowRetry())), grpcmw.AllIdempotent(), grpcmw.FirstMessageTimeout(100*time.Millisecond))...))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(slowRetry())), grpcmw.AllIdempotent(), grpcmw.FirstMessageTimeout(100*time.Millisecond))).DialOptions()...))
 		defer conn.Close()
 		w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
 		done := make(chan error, 1)

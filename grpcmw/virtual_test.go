@@ -32,7 +32,7 @@ func TestSeedC3VirtualTime(t *testing.T) {
 				opts = append(opts, retry.RetryWhenOpen())
 			}
 			c := must(chain.New(must(retry.New(opts...)), b))
-			conn := must(srv.Dial(grpcmw.DialOptions(c, grpcmw.AllIdempotent())...))
+			conn := must(srv.Dial(must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent())).DialOptions()...))
 			client := healthpb.NewHealthClient(conn)
 			// Opens the breaker. With RetryWhenOpen the retry would wait out the
 			// hour of the open stay: the caller's deadline makes it give up at once.

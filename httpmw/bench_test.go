@@ -68,12 +68,12 @@ func BenchmarkTransport(b *testing.B) {
 	}{
 		{"base", func(*testing.B) http.RoundTripper { return canned{} }, false},
 		{"base-deadline", func(*testing.B) http.RoundTripper { return canned{} }, true},
-		{"callguard-no-timeout", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, false)) }, false},
-		{"callguard", func(b *testing.B) http.RoundTripper { return httpmw.NewTransport(canned{}, newChain(b, true)) }, false},
+		{"callguard-no-timeout", func(b *testing.B) http.RoundTripper { return must(httpmw.New(canned{}, newChain(b, false))) }, false},
+		{"callguard", func(b *testing.B) http.RoundTripper { return must(httpmw.New(canned{}, newChain(b, true))) }, false},
 		// The response counted when its headers arrive, not when its body
 		// is done with: what CountBodyErrors (on by default) costs.
 		{"callguard-headers-only", func(b *testing.B) http.RoundTripper {
-			return httpmw.NewTransport(canned{}, newChain(b, true), httpmw.CountBodyErrors(false))
+			return must(httpmw.New(canned{}, newChain(b, true), httpmw.CountBodyErrors(false)))
 		}, false},
 	}
 	for _, im := range impls {

@@ -418,7 +418,7 @@ func TestKeyedStateChanges(t *testing.T) {
 }
 
 // TestInvalidOptionsAtConstruction: New reports an invalid option once, by
-// name; NewTransport's requests fail with it.
+// name.
 func TestInvalidOptionsAtConstruction(t *testing.T) {
 	c := must(chain.New(threeAttempts()))
 	for _, tc := range []struct {
@@ -435,8 +435,20 @@ func TestInvalidOptionsAtConstruction(t *testing.T) {
 		if _, err := httpmw.New(nil, c, tc.opt); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("New with an invalid %s: %v, want an error naming it", tc.name, err)
 		}
-		if _, err := get0(t, httpmw.NewTransport(nil, c, tc.opt), context.Background()); err == nil || !strings.Contains(err.Error(), tc.name) {
-			t.Errorf("NewTransport with an invalid %s: a request got %v, want the error", tc.name, err)
-		}
 	}
+}
+
+// TestZeroTransport: a zero Transport fails every request with an error
+// that says so, and closes the request's body, instead of panicking.
+func TestZeroTransport(t *testing.T) {
+	var tr httpmw.Transport
+	body := &closeCounter{Reader: strings.NewReader("b")}
+	req := must(http.NewRequest(http.MethodPut, "http://callguard.test/", body))
+	if resp, err := tr.RoundTrip(req); resp != nil || err == nil || !strings.Contains(err.Error(), "httpmw.New") || body.closes.Load() != 1 {
+		t.Errorf("RoundTrip = %v, %v, body closed %d times; want an error pointing to httpmw.New, the body closed once", resp, err, body.closes.Load())
+	}
+	if tr.Breakers() != nil {
+		t.Errorf("Breakers() = %v, want none", tr.Breakers())
+	}
+	tr.CloseIdleConnections()
 }

@@ -8,8 +8,8 @@
 //	}
 //	client := &http.Client{Transport: tr}
 //
-// [New] checks every option once; [NewTransport] cannot return an error,
-// and makes every request fail with it instead.
+// [New] checks c and every option once, and returns the first error, by
+// name; no request ever fails for a bad option.
 //
 // It keeps the RoundTripper contract: the caller's request is never
 // modified (an attempt under a context of its own, and every retry, sends a

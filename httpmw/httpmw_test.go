@@ -44,7 +44,7 @@ func newServer(t *testing.T, answer func(int64, *http.Request, []byte) testserve
 	t.Cleanup(srv.Close)
 	base := &http.Transport{MaxIdleConnsPerHost: 16}
 	t.Cleanup(base.CloseIdleConnections)
-	return srv, &http.Client{Transport: httpmw.NewTransport(base, c, opts...)}, base
+	return srv, &http.Client{Transport: must(httpmw.New(base, c, opts...))}, base
 }
 
 func threeAttempts(opts ...retry.Option) *retry.Policy {
@@ -180,7 +180,7 @@ func TestNonIdempotentNotRetried(t *testing.T) {
 	if n := post("k1", client); n != 3 {
 		t.Errorf("POST with Idempotency-Key: %d attempts, want 3", n)
 	}
-	all := &http.Client{Transport: httpmw.NewTransport(base, must(chain.New(threeAttempts())), httpmw.RetryAll())}
+	all := &http.Client{Transport: must(httpmw.New(base, must(chain.New(threeAttempts())), httpmw.RetryAll()))}
 	if n := post("", all); n != 3 {
 		t.Errorf("POST with RetryAll: %d attempts, want 3", n)
 	}
@@ -272,7 +272,7 @@ func TestDiscardedBodiesClosed(t *testing.T) {
 	base := &http.Transport{MaxIdleConnsPerHost: 4}
 	defer base.CloseIdleConnections()
 	counting := &countingTransport{base: base}
-	client := &http.Client{Transport: httpmw.NewTransport(counting, must(chain.New(threeAttempts())))}
+	client := &http.Client{Transport: must(httpmw.New(counting, must(chain.New(threeAttempts()))))}
 	const requests = 10000
 	var wg sync.WaitGroup
 	var failed atomic.Int64
@@ -436,7 +436,7 @@ func TestPerHostAndOnOpen(t *testing.T) {
 	base := &http.Transport{}
 	defer base.CloseIdleConnections()
 	breakers := map[string]*breaker.Breaker{}
-	client := &http.Client{Transport: httpmw.NewTransport(base, nil,
+	client := &http.Client{Transport: must(httpmw.New(base, nil,
 		httpmw.PerHost(func(host string) (*chain.Chain, error) {
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
 			breakers[host] = b
@@ -444,7 +444,7 @@ func TestPerHostAndOnOpen(t *testing.T) {
 		}, 16),
 		httpmw.OnOpen(func(req *http.Request, err error) (*http.Response, error) {
 			return &http.Response{StatusCode: 200, Body: io.NopCloser(strings.NewReader("stale")), Request: req}, nil
-		}))}
+		})))}
 	_, _ = get(t, client, bad.URL) // opens bad's breaker
 	resp, err := client.Get(bad.URL)
 	if err != nil {
@@ -490,7 +490,7 @@ func TestEachAttemptGetsItsOwnRequest(t *testing.T) {
 		if withTimeout {
 			policies = append(policies, must(timeout.New(time.Second)))
 		}
-		client := &http.Client{Transport: httpmw.NewTransport(rec, must(chain.New(policies...)))}
+		client := &http.Client{Transport: must(httpmw.New(rec, must(chain.New(policies...))))}
 		req := must(http.NewRequest(http.MethodPut, srv.URL, strings.NewReader("payload")))
 		req.Header.Set("X-Test", "1")
 		body, ctx := req.Body, req.Context()

@@ -20,7 +20,6 @@ type Transport struct {
 	base   http.RoundTripper
 	cfg    *config
 	source keyed.Source[*prepared]
-	err    error // NewTransport's invalid option: every request fails with it
 }
 
 // prepared is a chain as the transport runs it: what it derives from the
@@ -58,20 +57,10 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	return &Transport{base: base, cfg: cfg, source: src}, nil
 }
 
-// NewTransport is [New] for a context where an error cannot be returned: an
-// invalid option makes every request fail with its error.
-func NewTransport(base http.RoundTripper, c *chain.Chain, opts ...Option) http.RoundTripper {
-	t, err := New(base, c, opts...)
-	if err != nil {
-		return &Transport{err: err}
-	}
-	return t
-}
-
 // Breakers lists the breakers of the transport's chains, with their key in
 // a keyed set ("" for the single chain), state and counters now, by key.
 func (t *Transport) Breakers() []breaker.Snapshot {
-	if t.err != nil {
+	if t.cfg == nil {
 		return nil
 	}
 	return adapter.Snapshots(func(fn func(string, *chain.Chain)) {
@@ -128,14 +117,15 @@ func Respond(ctx context.Context, resp *http.Response) error {
 
 var (
 	errNoResponse       = errors.New("httpmw: no response") // a chain that never called
+	errZeroTransport    = errors.New("httpmw: a zero Transport; make one with httpmw.New")
 	errFallbackNoAnswer = errors.New("httpmw: the chain's fallback answered without a response; call httpmw.Respond in it")
 )
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.err != nil {
+	if t.cfg == nil {
 		closeBody(req)
-		return nil, t.err
+		return nil, errZeroTransport
 	}
 	p, err := t.chainFor(req)
 	if err != nil {
