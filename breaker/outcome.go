@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard/internal/deadline"
 	"time"
 )
 
@@ -166,13 +167,4 @@ func (e *failureError) Unwrap() error { return e.err }
 // callerDone reports that the caller's context has ended, or that its
 // deadline has passed and its timer is about to say so: a downstream that
 // was sent the deadline may report it first.
-func callerDone(ctx context.Context) bool {
-	if ctx == nil {
-		return false
-	}
-	if ctx.Err() != nil {
-		return true
-	}
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
+func callerDone(ctx context.Context) bool { return deadline.Ended(ctx) }

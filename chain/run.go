@@ -7,6 +7,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/deadline"
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/timeout"
@@ -136,8 +137,7 @@ func judge(ctx context.Context, t *timeout.Policy, i int, f frame, start time.Ti
 	now := time.Now()
 	cut := f.owner >= 0 && f.owner != i && !now.Before(f.deadline)
 	if !cut {
-		dl, ok := ctx.Deadline()
-		cut = ok && !now.Before(dl)
+		cut = deadline.Passed(ctx)
 	}
 	if !cut || now.Sub(start) < bridge.TimeoutPatience(t) || bridge.BreakerMarked(err) {
 		return err

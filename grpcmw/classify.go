@@ -3,8 +3,8 @@ package grpcmw
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard/internal/deadline"
 	"math"
-	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
@@ -66,7 +66,7 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req a
 	if err == nil {
 		return nil
 	}
-	if callerCtx.Err() != nil || deadlinePassed(callerCtx) {
+	if deadline.Ended(callerCtx) {
 		return err // the caller's own cancellation: the policies see it as such
 	}
 	if clientSide(cc, req, opts, err) {
@@ -133,11 +133,6 @@ func maxSend(opts []grpc.CallOption) int {
 		}
 	}
 	return limit
-}
-
-func deadlinePassed(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
 }
 
 // statusError is a gRPC status error that keeps callguard's error behind it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/callguard/callguard/internal/deadline"
 	"slices"
 	"time"
 
@@ -176,7 +177,7 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	// ended since, while the call ignored ours), or its deadline passed
 	// with the context still alive (the downstream may report the deadline
 	// it was sent before our timer fires).
-	fired := err != nil && (context.Cause(actx) == error(cause) || actx.Err() == nil && deadlinePassed(actx))
+	fired := err != nil && (context.Cause(actx) == error(cause) || actx.Err() == nil && deadline.Passed(actx))
 	p.observe(start, err, fired)
 	if fired && err != nil {
 		return &Error{Timeout: d, Err: err}
@@ -185,11 +186,6 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 }
 
 var errZero = errors.New("timeout: a zero Policy has no timeout; make one with timeout.New")
-
-func deadlinePassed(ctx context.Context) bool {
-	dl, ok := ctx.Deadline()
-	return ok && !time.Now().Before(dl)
-}
 
 // Expired reports whether err comes from this package's timeouts.
 func Expired(err error) bool { return errors.Is(err, ErrTimeout) }
