@@ -103,15 +103,9 @@ type prepared struct {
 }
 
 func newConfig(c *chain.Chain, opts []Option) (*config, error) {
-	cfg := &config{idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errNilOption
-		}
-		o.apply(cfg)
-	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	cfg := &config{Problems: adapter.Problems{Pkg: "grpcmw"}, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
+	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
+		return nil, err
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}

@@ -2,8 +2,7 @@ package grpcmw
 
 import (
 	"context"
-	"errors"
-	"fmt"
+	"github.com/callguard/callguard/internal/adapter"
 	"strings"
 	"time"
 
@@ -22,24 +21,18 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	idempotent map[string]bool
-	all        bool
-	classify   func(codes.Code) Class
-	perKey     *keyed.PerKeyOption
-	keyOf      func(ctx context.Context, method string, cc *grpc.ClientConn) string
-	bufMsgs    int
-	bufBytes   int
-	firstMsg   time.Duration
-	unaryOnly  bool
-	onChange   func(breaker.StateChange)
-	err        error // the first invalid option
-	source     keyed.Source[*prepared]
-}
-
-func (c *config) fail(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("grpcmw: "+format, args...)
-	}
+	adapter.Problems // the first invalid option
+	idempotent       map[string]bool
+	all              bool
+	classify         func(codes.Code) Class
+	perKey           *keyed.PerKeyOption
+	keyOf            func(ctx context.Context, method string, cc *grpc.ClientConn) string
+	bufMsgs          int
+	bufBytes         int
+	firstMsg         time.Duration
+	unaryOnly        bool
+	onChange         func(breaker.StateChange)
+	source           keyed.Source[*prepared]
 }
 
 // Idempotent declares methods safe to retry, by full name:
@@ -51,7 +44,7 @@ func Idempotent(methods ...string) Option {
 	return optionFunc(func(c *config) {
 		for _, m := range methods {
 			if !fullMethodName(m) {
-				c.fail("Idempotent(%q): not a full method name: use \"/package.Service/Method\", with the leading slash, as in the generated *_FullMethodName constants", m)
+				c.Fail("Idempotent(%q): not a full method name: use \"/package.Service/Method\", with the leading slash, as in the generated *_FullMethodName constants", m)
 				continue
 			}
 			c.idempotent[m] = true
@@ -76,11 +69,9 @@ func AllIdempotent() Option { return optionFunc(func(c *config) { c.all = true }
 // Classify replaces [DefaultClassify].
 func Classify(fn func(codes.Code) Class) Option {
 	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("Classify(nil): needs a function")
-			return
+		if c.Func("Classify", fn == nil) {
+			c.classify = fn
 		}
-		c.classify = fn
 	})
 }
 
@@ -125,9 +116,9 @@ func StreamBuffer(msgs, bytes int) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case msgs < 0 || bytes < 0:
-			c.fail("StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
+			c.Fail("StreamBuffer(%d, %d): must be >= 0", msgs, bytes)
 		case msgs > maxReplayMsgs || bytes > maxReplayBytes:
-			c.fail("StreamBuffer(%d, %d): at most %d messages and %d bytes: a retry replays them before reading any response, and a larger replay could block on HTTP/2 flow control",
+			c.Fail("StreamBuffer(%d, %d): at most %d messages and %d bytes: a retry replays them before reading any response, and a larger replay could block on HTTP/2 flow control",
 				msgs, bytes, maxReplayMsgs, maxReplayBytes)
 		}
 		c.bufMsgs, c.bufBytes = msgs, bytes
@@ -144,7 +135,7 @@ func StreamBuffer(msgs, bytes int) Option {
 func FirstMessageTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d <= 0 {
-			c.fail("FirstMessageTimeout(%v): must be > 0", d)
+			c.Fail("FirstMessageTimeout(%v): must be > 0", d)
 		}
 		c.firstMsg = d
 	})
@@ -163,11 +154,9 @@ func UnaryOnly() Option { return optionFunc(func(c *config) { c.unaryOnly = true
 // alongside the breaker's own Settings.OnStateChange.
 func OnStateChange(fn func(breaker.StateChange)) Option {
 	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("OnStateChange(nil): needs a function")
-			return
+		if c.Func("OnStateChange", fn == nil) {
+			c.onChange = fn
 		}
-		c.onChange = fn
 	})
 }
 
@@ -208,5 +197,3 @@ type MaxAttemptsOption struct {
 // WithMaxAttempts caps this call's attempts, counting the first; it can lower
 // the chain's retry, not raise it.
 func WithMaxAttempts(n int) grpc.CallOption { return MaxAttemptsOption{Attempts: n} }
-
-var errNilOption = errors.New("grpcmw: nil Option")

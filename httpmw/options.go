@@ -1,8 +1,7 @@
 package httpmw
 
 import (
-	"errors"
-	"fmt"
+	"github.com/callguard/callguard/internal/adapter"
 	"net/http"
 	"time"
 
@@ -19,22 +18,16 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	retryAll     bool
-	failure      func(*http.Response, error) bool
-	onOpen       func(*http.Request, error) (*http.Response, error)
-	perKey       *keyed.PerKeyOption
-	keyOf        func(*http.Request) string
-	drainUpTo    int64
-	drainTimeout time.Duration
-	judgeBody    bool
-	onChange     func(breaker.StateChange)
-	err          error // the first invalid option
-}
-
-func (c *config) fail(format string, args ...any) {
-	if c.err == nil {
-		c.err = fmt.Errorf("httpmw: "+format, args...)
-	}
+	adapter.Problems // the first invalid option
+	retryAll         bool
+	failure          func(*http.Response, error) bool
+	onOpen           func(*http.Request, error) (*http.Response, error)
+	perKey           *keyed.PerKeyOption
+	keyOf            func(*http.Request) string
+	drainUpTo        int64
+	drainTimeout     time.Duration
+	judgeBody        bool
+	onChange         func(breaker.StateChange)
 }
 
 // Defaults of the options.
@@ -57,11 +50,9 @@ func RetryAll() Option { return optionFunc(func(c *config) { c.retryAll = true }
 // CountBodyErrors).
 func FailureIf(fn func(resp *http.Response, err error) bool) Option {
 	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("FailureIf(nil): needs a function")
-			return
+		if c.Func("FailureIf", fn == nil) {
+			c.failure = fn
 		}
-		c.failure = fn
 	})
 }
 
@@ -71,11 +62,9 @@ func FailureIf(fn func(resp *http.Response, err error) bool) Option {
 // fallback in the chain can answer any failure; see Respond.)
 func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Option {
 	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("OnOpen(nil): needs a function")
-			return
+		if c.Func("OnOpen", fn == nil) {
+			c.onOpen = fn
 		}
-		c.onOpen = fn
 	})
 }
 
@@ -104,7 +93,7 @@ func perKey(name string, key func(*http.Request) string, build func(key string) 
 func DrainUpTo(n int64) Option {
 	return optionFunc(func(c *config) {
 		if n < 0 {
-			c.fail("DrainUpTo(%d): must be >= 0", n)
+			c.Fail("DrainUpTo(%d): must be >= 0", n)
 		}
 		c.drainUpTo = n
 	})
@@ -118,7 +107,7 @@ func DrainUpTo(n int64) Option {
 func DrainTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) {
 		if d < 0 {
-			c.fail("DrainTimeout(%v): must be >= 0", d)
+			c.Fail("DrainTimeout(%v): must be >= 0", d)
 		}
 		c.drainTimeout = d
 	})
@@ -144,11 +133,9 @@ func CountBodyErrors(on bool) Option {
 // Settings.OnStateChange.
 func OnStateChange(fn func(breaker.StateChange)) Option {
 	return optionFunc(func(c *config) {
-		if fn == nil {
-			c.fail("OnStateChange(nil): needs a function")
-			return
+		if c.Func("OnStateChange", fn == nil) {
+			c.onChange = fn
 		}
-		c.onChange = fn
 	})
 }
 
@@ -157,5 +144,3 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 func DefaultFailure(resp *http.Response, err error) bool {
 	return err != nil || resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests
 }
-
-var errNilOption = errors.New("httpmw: nil Option")

@@ -37,15 +37,9 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	cfg := &config{failure: DefaultFailure, drainUpTo: DefaultDrainUpTo, drainTimeout: DefaultDrainTimeout, judgeBody: true}
-	for _, o := range opts {
-		if o == nil {
-			return nil, errNilOption
-		}
-		o.apply(cfg)
-	}
-	if cfg.err != nil {
-		return nil, cfg.err
+	cfg := &config{Problems: adapter.Problems{Pkg: "httpmw"}, failure: DefaultFailure, drainUpTo: DefaultDrainUpTo, drainTimeout: DefaultDrainTimeout, judgeBody: true}
+	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
+		return nil, err
 	}
 	src, err := keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		adapter.Watch(c, key, cfg.onChange)
