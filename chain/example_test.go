@@ -17,7 +17,9 @@ func Example() {
 	overall, _ := timeout.New(2 * time.Second)
 	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(10*time.Millisecond, 100*time.Millisecond))
 	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 5})
-	attempt, _ := timeout.New(300 * time.Millisecond)
+	// The attempt timeout, tied to the downstream's healthy tail (99 % of
+	// its calls answer within 120 ms), so the lint can check it.
+	attempt, _ := timeout.New(300*time.Millisecond, timeout.Latency(0.99, 120*time.Millisecond))
 
 	c, err := chain.New(overall, r, b, attempt)
 	if err != nil {
@@ -54,5 +56,6 @@ func Example_lint() {
 	fmt.Println(err != nil)
 	// Output:
 	// CG002 warning
+	// CG015 info
 	// true
 }

@@ -36,6 +36,7 @@ func Rules() []Rule {
 		{"CG012", "open timeout shorter than the downstream's recovery time: open/half-open (or open/closed) jitter"},
 		{"CG013", "info: a retry budget sends fewer failing attempts to the breaker inside, which trips later"},
 		{"CG014", "adaptive attempt timeout that can grow past an outer timeout: attempts end on the outer deadline"},
+		{"CG015", "info: a fixed attempt timeout with no declared tail latency: nothing checks it against the healthy tail"},
 	}
 }
 
@@ -315,6 +316,11 @@ func (l *linter) retry(i int) {
 
 func (l *linter) timeout(i int) {
 	t, tx := l.steps[i].t, l.steps[i].tx
+	// CG015: an attempt timeout tied to nothing.
+	if !tx.Adaptive && len(tx.Declared) == 0 && l.attemptTimeout(i) {
+		l.info("CG015", "%v bounds each attempt, but the downstream's healthy latency is not declared: the lint cannot check that healthy calls finish well within %v (CG003), and an attempt that a caller's deadline cuts counts as a failure once it has run %v, half the timeout, a guess. Fix: declare the tail, e.g. timeout.New(%v, timeout.Latency(0.99, p99)), or let it follow the observed one: timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 0.99, …}).",
+			t, tx.D, tx.D/2, tx.D)
+	}
 	// CG003: below the declared healthy latency.
 	d := tx.Longest()
 	for _, q := range tx.Declared {
@@ -439,6 +445,17 @@ func (l *linter) fallback(i int) {
 			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
 		}
 	}
+}
+
+// attemptTimeout reports that step i, a timeout, bounds each attempt: a
+// retry or a breaker is outside it.
+func (l *linter) attemptTimeout(i int) bool {
+	for _, s := range l.steps[:i] {
+		if s.kind == kindRetry || s.kind == kindBreaker {
+			return true
+		}
+	}
+	return false
 }
 
 // breakerAfter reports a breaker among the steps after i.

@@ -15,7 +15,7 @@ import (
 )
 
 // The rules rewritten or added after lint_measured_test.go: CG002 with a
-// retry budget, CG005, CG012 without half-open, CG013 and CG014, each
+// retry budget, CG005, CG012 without half-open, CG013, CG014 and CG015, each
 // compared with a virtual-time run of its chain, as there.
 
 // TestMeasuredCG002Budget: with a retry budget, the breaker around the
@@ -208,6 +208,31 @@ func TestMeasuredCG014(t *testing.T) {
 			t.Errorf("got %v, want the overall deadline", err)
 		}
 	})
+}
+
+// TestMeasuredCG015: an attempt that a caller's deadline cuts counts as a
+// failure of the downstream once it has run the printed time (half the
+// timeout, with no tail declared), and as the caller's own before it.
+func TestMeasuredCG015(t *testing.T) {
+	c0 := must(chain.New(rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(300*time.Millisecond)))
+	claim, _ := lintClaim(t, c0, "CG015")
+	patience := durations(t, match(t, `once it has run (`+durPat+`)`, claim)[0])[0]
+	for _, tc := range []struct {
+		deadline time.Duration
+		failure  bool
+	}{{patience - time.Millisecond, false}, {patience + time.Millisecond, true}} {
+		synctest.Test(t, func(t *testing.T) {
+			b := br(fiveConsecutive)
+			c := must(chain.New(rt(retry.MaxAttempts(3)), b, to(300*time.Millisecond)))
+			ctx, cancel := context.WithTimeout(context.Background(), tc.deadline)
+			defer cancel()
+			_ = c.Do(ctx, hung)
+			cn := b.Counts()
+			if got := cn.Failures == 1; got != tc.failure || cn.Failures+cn.Neutral != 1 {
+				t.Errorf("caller's deadline %v: breaker counts %+v; want the attempt counted a failure: %t", tc.deadline, cn, tc.failure)
+			}
+		})
+	}
 }
 
 func atof(t *testing.T, s string) float64 {

@@ -17,7 +17,7 @@ chain:                          # outermost first
   - timeout: 3500ms             # overall
   - retry: {attempts: 3, exponential: {initial: 100ms, max: 1s}}
   - breaker: {name: payments, consecutiveFailures: 5, openTimeout: 1s}
-  - timeout: 300ms              # per attempt
+  - timeout: {timeout: 300ms, latency: [{q: 0.99, latency: 120ms}]}  # per attempt
 `))
 	if err != nil {
 		panic(err)
