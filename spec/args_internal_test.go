@@ -25,7 +25,7 @@ chain:
 	}
 	want := timeoutArgs{
 		d:       400 * time.Millisecond,
-		latency: []timeout.Quantile{{Q: 0.5, Latency: 80 * time.Millisecond}},
+		latency: []quantile{{Q: 0.5, Latency: 80 * time.Millisecond}},
 		adaptive: &timeout.AdaptiveOptions{
 			Quantile: 0.95, Multiplier: 2, Window: 30 * time.Second,
 			Max: 2 * time.Second, Min: 40 * time.Millisecond, MinSamples: 50,

@@ -10,7 +10,7 @@ import (
 // timeoutArgs are a timeout's arguments, as the file gives them.
 type timeoutArgs struct {
 	d        time.Duration
-	latency  []timeout.Quantile
+	latency  []quantile
 	adaptive *timeout.AdaptiveOptions
 }
 
@@ -79,12 +79,18 @@ func decodeTimeout(at, n *yaml.Node, path string) (*timeoutArgs, error) {
 }
 
 // decodeLatency reads the declared latency quantiles: a list of {q, latency}.
-func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]timeout.Quantile, error) {
+// quantile is a point of the healthy latency: timeout.Latency's arguments.
+type quantile struct {
+	Q       float64
+	Latency time.Duration
+}
+
+func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]quantile, error) {
 	items, err := list(n, path, "latency quantiles ({q: 0.99, latency: 200ms})")
 	if err != nil {
 		return nil, err
 	}
-	var qs []timeout.Quantile
+	var qs []quantile
 	var opts []timeout.Option
 	for i, item := range items {
 		ip := index(path, i)
@@ -113,7 +119,7 @@ func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]timeout.Qu
 			}
 			return nil, wrap(m.val(f), join(ip, f), err)
 		}
-		qs = append(qs, timeout.Quantile{Q: q, Latency: l})
+		qs = append(qs, quantile{Q: q, Latency: l})
 		opts = append(opts, timeout.Latency(q, l))
 	}
 	if _, err := timeout.New(d, opts...); err != nil {

@@ -18,9 +18,7 @@ func (p *Policy) bridged() bridge.Timeout {
 		Cause:    p.cause,
 		NewCause: func(d time.Duration) error { return &Error{Timeout: d} },
 	}
-	for _, q := range p.declared {
-		x.Declared = append(x.Declared, bridge.Quantile{Q: q.Q, Latency: q.Latency})
-	}
+	x.Declared = p.declared
 	if t := p.adaptive; t != nil {
 		x.Adaptive, x.Current, x.Observe = true, t.current, p.observe
 		x.Min, x.Max = t.min, t.max

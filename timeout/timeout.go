@@ -37,19 +37,12 @@ func (e *Error) Is(target error) bool {
 // Unwrap returns the call's own error.
 func (e *Error) Unwrap() error { return e.Err }
 
-// Quantile is a point of a latency distribution: a fraction Q of calls take
-// at most Latency.
-type Quantile struct {
-	Q       float64
-	Latency time.Duration
-}
-
 // Policy bounds each call it runs. It is safe for concurrent use. Create one
 // with [New]; the zero value is not usable.
 type Policy struct {
 	d        time.Duration
 	cause    *Error
-	declared []Quantile
+	declared []bridge.Quantile // by increasing Q
 	adaptive *tracker
 	x        bridge.Timeout // what the chain knows of it (see hooks.go)
 }
@@ -80,7 +73,7 @@ func Latency(q float64, d time.Duration) Option {
 		case d <= 0:
 			c.errs = append(c.errs, fmt.Errorf("timeout: Latency(%v, %v): latency must be > 0", q, d))
 		}
-		c.p.declared = append(c.p.declared, Quantile{q, d})
+		c.p.declared = append(c.p.declared, bridge.Quantile{Q: q, Latency: d})
 	})
 }
 
@@ -107,7 +100,7 @@ func New(d time.Duration, opts ...Option) (*Policy, error) {
 	if len(c.errs) > 0 {
 		return nil, c.errs[0]
 	}
-	slices.SortStableFunc(c.p.declared, func(a, b Quantile) int {
+	slices.SortStableFunc(c.p.declared, func(a, b bridge.Quantile) int {
 		switch {
 		case a.Q < b.Q:
 			return -1
