@@ -75,10 +75,9 @@ type Breaker struct {
 	gbOpen   atomic.Pointer[OpenError]
 	gbProbes *OpenError
 
-	// successes is written by every successful call: it is spread over
-	// cache lines of its own so that concurrent calls do not fight over it.
-	_         [64]byte
-	successes shardedCounter
+	// successes is written by every successful call: it spreads over
+	// cache lines of its own once concurrent calls fight over it.
+	successes stripedCounter
 
 	failures, neutral            atomic.Uint64
 	slowUnanswered               atomic.Uint64

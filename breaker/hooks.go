@@ -3,6 +3,8 @@ package breaker
 import (
 	"time"
 
+	"github.com/sony/gobreaker/v2"
+
 	"github.com/callguard/callguard/internal/bridge"
 )
 
@@ -21,6 +23,10 @@ func init() {
 		}
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
+	bridge.BreakerClean = func(b any) bool {
+		bb, _ := b.(*Breaker)
+		return bb != nil && bb.clean()
+	}
 }
 
 // watch adds fn to the receivers of the breaker's state changes, under
@@ -52,4 +58,23 @@ func (b *Breaker) openUntil() time.Time {
 		return time.Time{}
 	}
 	return until
+}
+
+// clean reports whether the breaker is closed with no failure counted
+// against it now, without advancing an open stay that is over or
+// delivering state changes. A breaker made by FromGobreaker reads clean:
+// asking its gobreaker may call the user's OnStateChange, which must not
+// run under the caller's lock.
+func (b *Breaker) clean() bool {
+	switch {
+	case b.m != nil:
+		return b.m.clean()
+	case b.adapted:
+		return true
+	case b.gb != nil:
+		// State queues a change, delivers none; Counts are the closed
+		// state's since its interval began.
+		return b.gb.State() == gobreaker.StateClosed && b.gb.Counts().TotalFailures == 0
+	}
+	return false
 }

@@ -320,6 +320,25 @@ func (m *machine) state() State {
 	return g.state
 }
 
+// clean reports a closed breaker with no failure counted against it: no
+// run of failures, no failure or slow call in its window.
+func (m *machine) clean() bool {
+	g := m.cur.Load()
+	if g.state != StateClosed || g.consec.Load() != 0 {
+		return false
+	}
+	switch {
+	case g.cw != nil:
+		return g.cw.fails.Load() == 0 && g.cw.slow.Load() == 0
+	case g.tw != nil:
+		m.mu.Lock()
+		_, fails, slow := g.tw.sums(time.Now())
+		m.mu.Unlock()
+		return fails == 0 && slow == 0
+	}
+	return true
+}
+
 func (m *machine) fill(c *Counts) {
 	c.Probes = m.probes.Load()
 	c.ProbeFailures = m.probeFailures.Load()

@@ -7,18 +7,18 @@ import (
 
 // timeWindow counts calls, failures and slow calls over a sliding time
 // window kept as a ring of windowBuckets buckets. Calls are counted without a
-// lock: one CAS on a word that packs the bucket's epoch and count, spread
-// over counterShards cache lines so that concurrent calls seldom meet.
-// Failures and slow calls are counted under the breaker's lock, since
-// recording them may trip the breaker anyway.
+// lock: one CAS on a word that packs the bucket's epoch and count. The words
+// start as one per bucket (80 bytes); the first time a CAS fails because
+// another call counted at the same instant, each bucket spreads over
+// counterShards cache lines (5 KiB) so that concurrent calls seldom meet,
+// as stripedCounter does. Failures and slow calls are counted under the
+// breaker's lock, since recording them may trip the breaker anyway.
 type timeWindow struct {
-	start time.Time
-	width time.Duration
-	calls [windowBuckets][counterShards]struct {
-		w atomic.Uint64 // epoch<<32 | calls
-		_ [56]byte
-	}
-	bad [windowBuckets]badBucket // guarded by machine.mu
+	start  time.Time
+	width  time.Duration
+	calls  [windowBuckets]atomic.Uint64 // epoch<<32 | calls
+	spread atomic.Pointer[[windowBuckets][counterShards]paddedUint64]
+	bad    [windowBuckets]badBucket // guarded by machine.mu
 }
 
 type badBucket struct {
@@ -41,7 +41,10 @@ func (w *timeWindow) epoch(now time.Time) uint32 {
 
 func (w *timeWindow) addCall(now time.Time) {
 	e := w.epoch(now)
-	slot := &w.calls[e%windowBuckets][shard()].w
+	slot := &w.calls[e%windowBuckets]
+	if sp := w.spread.Load(); sp != nil {
+		slot = &sp[e%windowBuckets][shard()].n
+	}
 	for {
 		old := slot.Load()
 		oe := uint32(old >> 32)
@@ -59,6 +62,10 @@ func (w *timeWindow) addCall(now time.Time) {
 		}
 		if slot.CompareAndSwap(old, next) {
 			return
+		}
+		if slot == &w.calls[e%windowBuckets] { // contention on a bucket's one word: spread
+			w.spread.CompareAndSwap(nil, new([windowBuckets][counterShards]paddedUint64))
+			slot = &w.spread.Load()[e%windowBuckets][shard()].n
 		}
 	}
 }
@@ -82,11 +89,17 @@ func (w *timeWindow) addBad(now time.Time, fail, slow bool) {
 // caller holds machine.mu.
 func (w *timeWindow) sums(now time.Time) (calls, fails, slow uint64) {
 	e := w.epoch(now)
+	count := func(v uint64) {
+		if e-uint32(v>>32) < windowBuckets {
+			calls += v & (1<<32 - 1)
+		}
+	}
+	sp := w.spread.Load()
 	for i := range w.calls {
-		for j := range w.calls[i] {
-			v := w.calls[i][j].w.Load()
-			if e-uint32(v>>32) < windowBuckets {
-				calls += v & (1<<32 - 1)
+		count(w.calls[i].Load())
+		if sp != nil {
+			for j := range sp[i] {
+				count(sp[i][j].n.Load())
 			}
 		}
 		b := &w.bad[i]
@@ -98,11 +111,13 @@ func (w *timeWindow) sums(now time.Time) (calls, fails, slow uint64) {
 	return calls, fails, slow
 }
 
-// countWindow holds the outcomes of the last n calls, lock-free.
+// countWindow holds the outcomes of the last n calls, lock-free: two bits
+// a call, sixteen calls a word (a window of 100 calls takes 28 bytes).
 type countWindow struct {
 	pos         atomic.Uint64
 	fails, slow atomic.Int64
-	slots       []atomic.Uint32
+	n           uint64
+	words       []atomic.Uint32
 }
 
 const (
@@ -112,19 +127,26 @@ const (
 	slotSlow
 )
 
+const slotsPerWord = 16
+
 func newCountWindow(n int) *countWindow {
-	return &countWindow{slots: make([]atomic.Uint32, n)}
+	return &countWindow{n: uint64(n), words: make([]atomic.Uint32, (n+slotsPerWord-1)/slotsPerWord)}
 }
 
 func (w *countWindow) add(code uint32) {
-	i := w.pos.Add(1) - 1
-	slot := &w.slots[i%uint64(len(w.slots))]
-	if slot.Load() == code {
-		return // the usual case, a success replacing a success: no write
-	}
-	old := slot.Swap(code)
-	if old == code {
-		return
+	i := (w.pos.Add(1) - 1) % w.n
+	word := &w.words[i/slotsPerWord]
+	shift := i % slotsPerWord * 2
+	var old uint32
+	for {
+		v := word.Load()
+		old = v >> shift & 3
+		if old == code {
+			return // the usual case, a success replacing a success: no write
+		}
+		if word.CompareAndSwap(v, v&^(3<<shift)|code<<shift) {
+			break
+		}
 	}
 	switch old {
 	case slotFail:
@@ -141,6 +163,6 @@ func (w *countWindow) add(code uint32) {
 }
 
 func (w *countWindow) sums() (calls, fails, slow uint64) {
-	calls = min(w.pos.Load(), uint64(len(w.slots)))
+	calls = min(w.pos.Load(), w.n)
 	return calls, uint64(max(w.fails.Load(), 0)), uint64(max(w.slow.Load(), 0))
 }

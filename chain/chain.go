@@ -30,7 +30,6 @@ type Policy interface {
 type Chain struct {
 	steps    []step
 	findings []Finding
-	desc     string
 	holds    bool // Do may make attempt contexts that Hold can keep
 	opaque   bool // some step is a policy the chain does not know
 }
@@ -89,7 +88,6 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		return nil, fmt.Errorf("chain: Options.DownstreamRecovery = %v: must be >= 0 (0: unknown)", o.DownstreamRecovery)
 	}
 	c := &Chain{steps: make([]step, 0, len(policies))}
-	names := make([]string, 0, len(policies))
 	for i, p := range policies {
 		if p == nil || isNil(p) {
 			return nil, fmt.Errorf("chain: policy #%d (index %d) is nil", i+1, i)
@@ -113,7 +111,6 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
 		}
 		c.steps = append(c.steps, s)
-		names = append(names, describe(p))
 	}
 	for i := range c.steps {
 		if c.steps[i].kind != kindBreaker {
@@ -124,10 +121,6 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 				c.steps[j].inBreaker = true
 			}
 		}
-	}
-	c.desc = strings.Join(names, " → ")
-	if c.desc == "" {
-		c.desc = "(empty chain)"
 	}
 	var errs []error
 	for _, f := range lint(c.steps, o) {
@@ -221,12 +214,17 @@ func (c *Chain) Findings() []Finding {
 
 // String renders the order, e.g.
 // "timeout(2s) → retry(3) → breaker(5 consecutive, open 10s, 3 probes) → timeout(300ms)";
-// "(empty chain)" for a nil or zero Chain, which runs calls directly.
+// "(empty chain)" for a nil or zero Chain, which runs calls directly. An
+// adaptive timeout shows its value now.
 func (c *Chain) String() string {
-	if c == nil || c.desc == "" {
+	if c == nil || len(c.steps) == 0 {
 		return "(empty chain)"
 	}
-	return c.desc
+	names := make([]string, len(c.steps))
+	for i, s := range c.steps {
+		names[i] = describe(s.p)
+	}
+	return strings.Join(names, " → ")
 }
 
 // Do runs call through the chain.

@@ -79,6 +79,34 @@ func (i *Interceptors) Breakers() []breaker.Snapshot {
 	})
 }
 
+// Keys returns the counts of the interceptors' keyed set ([PerMethod],
+// [PerTarget], [PerKey]); zero without one.
+func (i *Interceptors) Keys() KeyStats {
+	if i == nil || i.cfg == nil {
+		return KeyStats{}
+	}
+	return KeyStats(i.cfg.source.Stats())
+}
+
+// KeyStats are the counts of a keyed set of chains. At most maxKeys chains are kept. A
+// new key that would exceed the bound evicts the least recently used key
+// whose breakers are all closed with no failure counted against them,
+// looking at the 8 least recently used at most, so that a call's cost
+// does not grow with the number of keys. A key with a breaker open,
+// half-open, or on its way to tripping is never evicted: an outage is never
+// forgotten (a rebuilt chain would start closed and send the downstream a
+// new round of failures). When none of those keys can go, the new
+// key is not kept: its calls run through one overflow chain, built with
+// the key "(overflow)" and shared by every such key, so that more failing
+// keys than the bound still trip a breaker; Breakers lists its breakers
+// under that key. Keep the bound above the number of keys that can fail
+// at once.
+type KeyStats struct {
+	Kept       int    // chains kept now (the overflow chain not counted)
+	Evicted    uint64 // chains evicted since the interceptors were made
+	Overflowed uint64 // calls of keys that found no room, through the overflow chain
+}
+
 var errZeroInterceptors = errors.New("grpcmw: zero Interceptors; make them with grpcmw.NewInterceptors")
 
 func failUnary(context.Context, string, any, any, *grpc.ClientConn, grpc.UnaryInvoker, ...grpc.CallOption) error {
@@ -106,6 +134,9 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	cfg := &config{Problems: adapter.Problems{Pkg: "grpcmw"}, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
+	}
+	if cfg.perKey != nil {
+		cfg.perKey.OnEvict = cfg.onEvict
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}

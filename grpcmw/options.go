@@ -32,6 +32,7 @@ type config struct {
 	firstMsg         time.Duration
 	unaryOnly        bool
 	onChange         func(breaker.StateChange)
+	onEvict          func(key string)
 	source           keyed.Source[*prepared]
 }
 
@@ -76,10 +77,10 @@ func Classify(fn func(codes.Code) Class) Option {
 }
 
 // PerMethod keeps a chain, with its own breaker state, per method: build
-// makes the chain for a method on its first call; at most maxKeys are kept
-// (the least recently used is dropped). Unary calls and streams of a
-// method share its chain. The chain given to [NewInterceptors] is then
-// unused and may be nil.
+// makes the chain for a method on its first call; at most maxKeys are kept.
+// Unary calls and streams of a method share its chain. The chain given to
+// [NewInterceptors] is then unused and may be nil. See [KeyStats] for what
+// happens at the bound.
 func PerMethod(build func(method string) (*chain.Chain, error), maxKeys int) Option {
 	return perKey("PerMethod", func(_ context.Context, method string, _ *grpc.ClientConn) string { return method }, build, maxKeys)
 }
@@ -156,6 +157,18 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 	return optionFunc(func(c *config) {
 		if c.Func("OnStateChange", fn == nil) {
 			c.onChange = fn
+		}
+	})
+}
+
+// OnEvict makes fn receive the key of every chain a keyed set ([PerMethod],
+// [PerTarget], [PerKey]) evicts to make room for a new key (see
+// [KeyStats]), on the goroutine of the call that made room, with no lock
+// held.
+func OnEvict(fn func(key string)) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("OnEvict", fn == nil) {
+			c.onEvict = fn
 		}
 	})
 }

@@ -28,6 +28,7 @@ type config struct {
 	drainTimeout     time.Duration
 	judgeBody        bool
 	onChange         func(breaker.StateChange)
+	onEvict          func(key string)
 }
 
 // Defaults of the options.
@@ -70,8 +71,8 @@ func OnOpen(fn func(req *http.Request, err error) (*http.Response, error)) Optio
 
 // PerHost keeps a chain, with its own breaker state, per request host
 // (req.URL.Host): build makes a host's chain on its first request; at most
-// maxHosts are kept, the least recently used dropped first. The chain given
-// to [New] is then unused and may be nil.
+// maxHosts are kept. The chain given to [New] is then unused and may be
+// nil. See [KeyStats] for what happens at the bound.
 func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option {
 	return perKey("PerHost", func(r *http.Request) string { return r.URL.Host }, build, maxHosts)
 }
@@ -79,6 +80,17 @@ func PerHost(build func(host string) (*chain.Chain, error), maxHosts int) Option
 // PerKey keeps a chain per key computed from the request.
 func PerKey(key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {
 	return perKey("PerKey", key, build, maxKeys)
+}
+
+// OnEvict makes fn receive the key of every chain a keyed set ([PerHost],
+// [PerKey]) evicts to make room for a new key (see [KeyStats]), on the
+// goroutine of the request that made room, with no lock held.
+func OnEvict(fn func(key string)) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("OnEvict", fn == nil) {
+			c.onEvict = fn
+		}
+	})
 }
 
 func perKey(name string, key func(*http.Request) string, build func(key string) (*chain.Chain, error), maxKeys int) Option {

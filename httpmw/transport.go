@@ -41,6 +41,9 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
 	}
+	if cfg.perKey != nil {
+		cfg.perKey.OnEvict = cfg.onEvict
+	}
 	src, err := keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		adapter.Watch(c, key, cfg.onChange)
 		return &prepared{chain: c, fallback: adapter.HasFallback(c)}, nil
@@ -60,6 +63,34 @@ func (t *Transport) Breakers() []breaker.Snapshot {
 	return adapter.Snapshots(func(fn func(string, *chain.Chain)) {
 		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
 	})
+}
+
+// Keys returns the counts of the transport's keyed set ([PerHost],
+// [PerKey]); zero without one.
+func (t *Transport) Keys() KeyStats {
+	if t.cfg == nil {
+		return KeyStats{}
+	}
+	return KeyStats(t.source.Stats())
+}
+
+// KeyStats are the counts of a keyed set of chains. At most maxHosts (or maxKeys) chains are kept. A
+// new key that would exceed the bound evicts the least recently used key
+// whose breakers are all closed with no failure counted against them,
+// looking at the 8 least recently used at most, so that a request's cost
+// does not grow with the number of keys. A key with a breaker open,
+// half-open, or on its way to tripping is never evicted: an outage is never
+// forgotten (a rebuilt chain would start closed and send the downstream a
+// new round of failures), and a client that can choose host names cannot push open breakers out. When none of those keys can go, the new
+// key is not kept: its requests run through one overflow chain, built with
+// the key "(overflow)" and shared by every such key, so that more failing
+// keys than the bound still trip a breaker; Breakers lists its breakers
+// under that key. Keep the bound above the number of keys that can fail
+// at once.
+type KeyStats struct {
+	Kept       int    // chains kept now (the overflow chain not counted)
+	Evicted    uint64 // chains evicted since the transport was made
+	Overflowed uint64 // requests of keys that found no room, through the overflow chain
 }
 
 // CloseIdleConnections closes the idle connections of the base

@@ -26,6 +26,13 @@ var (
 	// held, in order, like Settings.OnStateChange.
 	BreakerWatch func(b any, key string, fn any)
 
+	// BreakerClean reports whether b, a *breaker.Breaker, is closed with
+	// no failure counted against it now (no run of failures, none in its
+	// window), without moving it on (an open stay that is over still reads
+	// open) and without calling any state-change receiver: a keyed set asks
+	// it under its lock, and evicts only such breakers.
+	BreakerClean func(b any) bool
+
 	// BreakerMarked reports whether err carries one of the breaker's
 	// marks (Neutral, Failure, NotFailure): an adapter or the chain has
 	// already decided how it counts.

@@ -1,7 +1,20 @@
 // Package keyed keeps one value per key (per host, per method, per target),
-// built on first use and bounded in number: the least recently used is
-// dropped when a new key would exceed the bound. The gRPC and HTTP adapters
-// keep a prepared chain per key this way, without a global registry.
+// built on first use and bounded in number, without a global registry. The
+// gRPC and HTTP adapters keep a prepared chain per key this way.
+//
+// Eviction never drops what is still protecting the downstream: when a new
+// key would exceed the bound, the least recently used key that is
+// evictable (for the adapters: every breaker of its chain closed, with no
+// failure counted against it) goes;
+// keys that are not (a breaker open, half-open or on its way to tripping)
+// are kept, so an outage
+// is never forgotten, and moved to the front. At most evictScan keys are
+// looked at per new key, so a call costs O(1) whatever the number of keys.
+// When none of them can go, the new key is not kept: it runs through the
+// overflow value, built once with the key Overflow and shared by every key
+// that finds no room, so that more failing keys than the bound still trip
+// a breaker (the overflow chain's) instead of rebuilding a closed chain per
+// call.
 package keyed
 
 import (
@@ -9,18 +22,31 @@ import (
 	"errors"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
+
+// Overflow is the key the overflow value is built with.
+const Overflow = "(overflow)"
+
+// evictScan is how many of the least recently used keys a new key looks at
+// for one to evict.
+const evictScan = 8
 
 // Set maps keys to values built on first use. It is safe for concurrent
 // use.
 type Set[T any] struct {
-	build func(key string) (T, error)
-	max   int
+	build     func(key string) (T, error)
+	evictable func(T) bool
+	max       int
+	onEvict   func(key string)
 
 	mu       sync.Mutex
 	m        map[string]*list.Element
 	lru      list.List // of *entry[T], most recent first
 	building map[string]*flight[T]
+	over     *flight[T] // the overflow value: built, or being built
+
+	evicted, overflowed atomic.Uint64
 }
 
 type entry[T any] struct {
@@ -35,20 +61,34 @@ type flight[T any] struct {
 	err  error
 }
 
+// Options are a Set's optional parts.
+type Options[T any] struct {
+	// Evictable reports whether a value may be evicted (nil: always).
+	Evictable func(T) bool
+	// OnEvict is called with the key of each value evicted, with no lock
+	// held, on the goroutine of the call that evicted it.
+	OnEvict func(key string)
+}
+
 // New returns a Set that builds a key's value with build and keeps at most
 // max of them.
-func New[T any](build func(key string) (T, error), max int) (*Set[T], error) {
+func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[T], error) {
 	switch {
 	case build == nil:
 		return nil, errors.New("needs a function that builds a chain for a key")
 	case max < 1:
 		return nil, errors.New("the maximum number of keys must be >= 1")
 	}
-	return &Set[T]{build: build, max: max, m: make(map[string]*list.Element), building: make(map[string]*flight[T])}, nil
+	if o.Evictable == nil {
+		o.Evictable = func(T) bool { return true }
+	}
+	return &Set[T]{build: build, evictable: o.Evictable, max: max, onEvict: o.OnEvict,
+		m: make(map[string]*list.Element), building: make(map[string]*flight[T])}, nil
 }
 
 // Get returns the value for key, building it on first use; callers that
-// ask for a key being built wait for that build.
+// ask for a key being built wait for that build. A new key that finds no
+// room (see the package documentation) gets the overflow value.
 func (k *Set[T]) Get(key string) (T, error) {
 	k.mu.Lock()
 	if e, ok := k.m[key]; ok {
@@ -62,11 +102,68 @@ func (k *Set[T]) Get(key string) (T, error) {
 		<-f.done
 		return f.v, f.err
 	}
+	var gone string
+	evicted := false
+	if len(k.m)+len(k.building) >= k.max {
+		gone, evicted = k.evictLocked()
+		if !evicted {
+			return k.overflowLocked() // unlocks
+		}
+	}
 	f := &flight[T]{done: make(chan struct{}), err: errors.New("the chain builder panicked for key " + key)}
 	k.building[key] = f
 	k.mu.Unlock()
+	if evicted && k.onEvict != nil {
+		k.onEvict(gone)
+	}
 	defer k.land(key, f)   // also if build panics: the waiters get an error
 	v, err := k.build(key) // outside the lock: build may be slow
+	f.v, f.err = v, err
+	return v, err
+}
+
+// evictLocked evicts the least recently used evictable value among the
+// last evictScan, moving those it passes over to the front; k.mu held.
+func (k *Set[T]) evictLocked() (key string, ok bool) {
+	for range evictScan {
+		e := k.lru.Back()
+		if e == nil {
+			return "", false
+		}
+		en := e.Value.(*entry[T])
+		if !k.evictable(en.v) {
+			k.lru.MoveToFront(e)
+			continue
+		}
+		k.lru.Remove(e)
+		delete(k.m, en.key)
+		k.evicted.Add(1)
+		return en.key, true
+	}
+	return "", false
+}
+
+// overflowLocked returns the overflow value, building it on first use;
+// k.mu held, and released.
+func (k *Set[T]) overflowLocked() (T, error) {
+	k.overflowed.Add(1)
+	if f := k.over; f != nil {
+		k.mu.Unlock()
+		<-f.done
+		return f.v, f.err
+	}
+	f := &flight[T]{done: make(chan struct{}), err: errors.New("the chain builder panicked for key " + Overflow)}
+	k.over = f
+	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		if f.err != nil {
+			k.over = nil // built again by the next call
+		}
+		k.mu.Unlock()
+		close(f.done)
+	}()
+	v, err := k.build(Overflow)
 	f.v, f.err = v, err
 	return v, err
 }
@@ -84,11 +181,21 @@ func (k *Set[T]) land(key string, f *flight[T]) {
 		return
 	}
 	k.m[key] = k.lru.PushFront(&entry[T]{key, f.v})
-	for k.lru.Len() > k.max {
-		old := k.lru.Back()
-		k.lru.Remove(old)
-		delete(k.m, old.Value.(*entry[T]).key)
-	}
+}
+
+// Stats are a Set's counts.
+type Stats struct {
+	Kept       int    // values kept now, the overflow value not counted
+	Evicted    uint64 // values evicted since the Set was made
+	Overflowed uint64 // calls of new keys that found no room and got the overflow value
+}
+
+// Stats returns the Set's counts now.
+func (k *Set[T]) Stats() Stats {
+	k.mu.Lock()
+	n := k.lru.Len()
+	k.mu.Unlock()
+	return Stats{Kept: n, Evicted: k.evicted.Load(), Overflowed: k.overflowed.Load()}
 }
 
 // Len returns the number of values kept.
@@ -98,13 +205,22 @@ func (k *Set[T]) Len() int {
 	return k.lru.Len()
 }
 
-// Each calls fn for every value kept, by key, without holding the Set's
-// lock.
+// Each calls fn for every value kept, by key, and for the overflow value
+// if it was built (key Overflow), without holding the Set's lock.
 func (k *Set[T]) Each(fn func(key string, v T)) {
 	k.mu.Lock()
-	all := make([]entry[T], 0, k.lru.Len())
+	all := make([]entry[T], 0, k.lru.Len()+1)
 	for e := k.lru.Front(); e != nil; e = e.Next() {
 		all = append(all, *e.Value.(*entry[T]))
+	}
+	if f := k.over; f != nil {
+		select {
+		case <-f.done:
+			if f.err == nil {
+				all = append(all, entry[T]{Overflow, f.v})
+			}
+		default:
+		}
 	}
 	k.mu.Unlock()
 	sort.Slice(all, func(i, j int) bool { return all[i].key < all[j].key })

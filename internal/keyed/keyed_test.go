@@ -1,19 +1,23 @@
 package keyed
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 )
 
 func TestBoundedLRU(t *testing.T) {
 	built := 0
-	k, err := New[*chain.Chain](func(key string) (*chain.Chain, error) { built++; return chain.New() }, 2)
+	k, err := New[*chain.Chain](func(key string) (*chain.Chain, error) { built++; return chain.New() }, 2, Options[*chain.Chain]{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +39,7 @@ func TestBoundedLRU(t *testing.T) {
 	if k.Len() != 2 {
 		t.Fatalf("Len() = %d after 1000 keys, want 2", k.Len())
 	}
-	if _, err := New[*chain.Chain](nil, 1); err == nil {
+	if _, err := New[*chain.Chain](nil, 1, Options[*chain.Chain]{}); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
 }
@@ -58,7 +62,7 @@ func TestConcurrentFirstUse(t *testing.T) {
 					panic("boom")
 				}
 				return chain.New()
-			}, 4)
+			}, 4, Options[*chain.Chain]{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,5 +99,104 @@ func TestConcurrentFirstUse(t *testing.T) {
 				t.Errorf("%s: %d errors for %d results", key, errs, len(chains))
 			}
 		})
+	}
+}
+
+// source returns a Source of per-key chains of one breaker each (one
+// failure opens it for a second), keeping at most max keys, and the
+// chains it built by key.
+func source(t *testing.T, max int, evicted *[]string) (Source[*chain.Chain], map[string]int) {
+	t.Helper()
+	builds := map[string]int{}
+	var mu sync.Mutex
+	s, err := NewSource("test", nil, &PerKeyOption{
+		Name: "PerKey",
+		Build: func(key string) (*chain.Chain, error) {
+			mu.Lock()
+			builds[key]++
+			mu.Unlock()
+			b, err := breaker.New(breaker.Settings{Name: key, ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 1})
+			if err != nil {
+				return nil, err
+			}
+			return chain.New(b)
+		},
+		MaxKeys: max,
+		OnEvict: func(key string) { *evicted = append(*evicted, key) },
+	}, func(_ string, c *chain.Chain) (*chain.Chain, error) { return c, nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, builds
+}
+
+var errDown = errors.New("down")
+
+func fail(context.Context) error { return errDown }
+func ok(context.Context) error   { return nil }
+
+// TestOpenKeysKept: a key whose breaker is open is never evicted, however
+// many new keys come (it was rebuilt closed, and the outage forgotten); a
+// closed one is, least recently used first, and its eviction is told and
+// counted. Once the breaker closes again, the key is evictable again.
+func TestOpenKeysKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var evicted []string
+		s, builds := source(t, 3, &evicted)
+		down, _ := s.Get("down")
+		_ = down.Do(context.Background(), fail) // open
+		for i := range 100 {
+			c, err := s.Get(fmt.Sprint(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = c.Do(context.Background(), ok)
+		}
+		if again, _ := s.Get("down"); again != down || builds["down"] != 1 {
+			t.Fatalf("the open key was rebuilt (%d builds)", builds["down"])
+		}
+		st := s.Stats()
+		if st.Kept != 3 || st.Evicted != 98 || len(evicted) != 98 || evicted[0] != "0" || st.Overflowed != 0 {
+			t.Errorf("stats %+v, %d evictions told (first %q); want 3 kept, 98 evicted from \"0\" on", st, len(evicted), evicted[0])
+		}
+		// The open stay ends; a success closes it: now it may go.
+		time.Sleep(2 * time.Second)
+		_ = down.Do(context.Background(), ok)
+		for i := range 3 {
+			_, _ = s.Get(fmt.Sprint("new", i))
+		}
+		if last := evicted[len(evicted)-3:]; !slices.Equal(last, []string{"98", "99", "down"}) {
+			t.Errorf("evicted %v at the end; want 98, 99, then the closed \"down\"", last)
+		}
+	})
+}
+
+// TestOverflow: when every kept key is open, a new key is not kept: it
+// runs through one overflow chain, built once and shared, whose breaker
+// trips on the failures of all such keys (more failing keys than the bound
+// used to rebuild a closed chain per call, and never trip).
+func TestOverflow(t *testing.T) {
+	var evicted []string
+	s, builds := source(t, 2, &evicted)
+	for _, k := range []string{"a", "b"} {
+		c, _ := s.Get(k)
+		_ = c.Do(context.Background(), fail)
+	}
+	calls := 0
+	for i := range 50 {
+		c, err := s.Get(fmt.Sprint("failing", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Do(context.Background(), func(context.Context) error { calls++; return errDown })
+	}
+	st := s.Stats()
+	if calls != 1 || builds[Overflow] != 1 || st.Kept != 2 || st.Overflowed != 50 || st.Evicted != 0 || len(evicted) != 0 {
+		t.Errorf("%d downstream calls, %d overflow builds, stats %+v; want 1 call (the overflow breaker open after it), 1 build, 2 kept, 50 overflowed", calls, builds[Overflow], st)
+	}
+	var keys []string
+	s.Each(func(key string, _ *chain.Chain) { keys = append(keys, key) })
+	if want := []string{Overflow, "a", "b"}; !slices.Equal(keys, want) {
+		t.Errorf("Each: %v, want %v", keys, want)
 	}
 }

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 // Source is where an adapter finds what it runs a call through: one
@@ -12,7 +15,25 @@ import (
 // chain (the chain and what the adapter derived from it once).
 type Source[T any] struct {
 	single T
-	keyed  *Set[T]
+	keyed  *Set[kept[T]]
+}
+
+// kept is a keyed value with the breakers of its chain, which decide
+// whether it may be evicted.
+type kept[T any] struct {
+	v        T
+	breakers []*breaker.Breaker
+}
+
+// clean reports that every breaker of the chain is closed with no failure
+// counted: evicting it forgets nothing about the downstream.
+func (k kept[T]) clean() bool {
+	for _, b := range k.breakers {
+		if !bridge.BreakerClean(b) {
+			return false
+		}
+	}
+	return true
 }
 
 // PerKeyOption is the part of an adapter's configuration that makes chains
@@ -22,6 +43,7 @@ type PerKeyOption struct {
 	KeyNil  bool                                   // no key function was given
 	Build   func(key string) (*chain.Chain, error) // nil: not given
 	MaxKeys int
+	OnEvict func(key string) // told of each key evicted (nil: nobody)
 }
 
 // Check returns the error of an invalid per-key option, naming it; pkg
@@ -58,17 +80,20 @@ func NewSource[T any](pkg string, single *chain.Chain, perKey *PerKeyOption, pre
 		return Source[T]{}, err
 	}
 	build := perKey.Build
-	k, err := New(func(key string) (T, error) {
-		var zero T
+	k, err := New(func(key string) (kept[T], error) {
 		c, err := build(key)
 		switch {
 		case err != nil:
-			return zero, fmt.Errorf("%s: building the chain for key %q: %w", pkg, key, err)
+			return kept[T]{}, fmt.Errorf("%s: building the chain for key %q: %w", pkg, key, err)
 		case c == nil:
-			return zero, fmt.Errorf("%s: the chain builder returned nil for key %q", pkg, key)
+			return kept[T]{}, fmt.Errorf("%s: the chain builder returned nil for key %q", pkg, key)
 		}
-		return prepare(key, c)
-	}, perKey.MaxKeys)
+		v, err := prepare(key, c)
+		if err != nil {
+			return kept[T]{}, err
+		}
+		return kept[T]{v: v, breakers: adapter.Breakers(c)}, nil
+	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].clean, OnEvict: perKey.OnEvict})
 	if err != nil {
 		return Source[T]{}, fmt.Errorf("%s: %s: %w", pkg, perKey.Name, err)
 	}
@@ -81,7 +106,8 @@ func (s Source[T]) PerKey() bool { return s.keyed != nil }
 // Get returns the prepared chain for key (ignored without per-key chains).
 func (s Source[T]) Get(key string) (T, error) {
 	if s.keyed != nil {
-		return s.keyed.Get(key)
+		k, err := s.keyed.Get(key)
+		return k.v, err
 	}
 	return s.single, nil
 }
@@ -90,8 +116,16 @@ func (s Source[T]) Get(key string) (T, error) {
 // kept, by key.
 func (s Source[T]) Each(fn func(key string, v T)) {
 	if s.keyed != nil {
-		s.keyed.Each(fn)
+		s.keyed.Each(func(key string, k kept[T]) { fn(key, k.v) })
 		return
 	}
 	fn("", s.single)
+}
+
+// Stats returns the counts of the keyed set (zero for a single chain).
+func (s Source[T]) Stats() Stats {
+	if s.keyed == nil {
+		return Stats{}
+	}
+	return s.keyed.Stats()
 }
