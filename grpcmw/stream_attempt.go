@@ -1,0 +1,322 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/metadata"
+)
+
+// attempt is one try at the stream, with the breakers' permits for it.
+type attempt struct {
+	cs      grpc.ClientStream // nil until the streamer returns one
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer // the chain's timeout, while it applies
+	stop    func() bool // stops the watch of ctx
+	permits []breaker.Permit
+	done    bool                  // the permits are reported; under stream.mu
+	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
+}
+
+// expiry is the cause with which a chain timeout ends an attempt: owner is
+// the position in the chain of the timeout that set the deadline.
+type expiry struct{ owner int }
+
+func (*expiry) Error() string { return "grpcmw: stream not established in time" }
+
+// errEOF ends a retry loop on a stream that ended cleanly before any message.
+var errEOF = retry.Permanent(io.EOF)
+
+// establishLocked makes the stream through the retry, if any.
+func (s *stream) establishLocked() error {
+	attempt := func(context.Context) error { return s.attemptLocked(false, nil) }
+	if s.plan.retry == nil {
+		return attempt(s.ctx)
+	}
+	return s.plan.retry.DoUntil(s.ctx, s.deadline, attempt)
+}
+
+// attemptLocked makes one stream. With recv, a retry, it also replays what
+// was sent and receives the first message into m.
+func (s *stream) attemptLocked(recv bool, m any) error {
+	s.attempts++
+	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
+	for _, b := range s.plan.breakers {
+		p, err := b.Allow(s.ctx)
+		if err != nil {
+			for _, q := range permits {
+				q.DoneNeutral() // admitted, but the call never happened
+			}
+			return err
+		}
+		permits = append(permits, p)
+	}
+	a := &attempt{permits: permits}
+	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
+	// The chain's timeout bounds the streamer, which can block (waiting for
+	// a connection, grpc.WaitForReady), as it bounds a unary call.
+	s.armLocked(a)
+	// grpc-go calls OnFinish when it ends the stream for any reason:
+	// RecvMsg's status, a SendMsg error, Header, the caller's context,
+	// ClientConn.Close. Unlike watching ClientStream.Context, it does not
+	// commit grpc-go's attempt, which would end its transparent retry.
+	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(func(err error) {
+		a.fin.Store(&err)
+		if !s.recving.Load() && s.sending.Load() == 0 { // else the call in flight settles it
+			go s.settle(a) // not inline: grpc-go may call this under s.mu, from this very attempt
+		}
+	}))
+	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
+	if err != nil {
+		return s.failLocked(a, err, nil, recv)
+	}
+	a.cs, s.cur = cs, a
+	s.curStream.Store(&cs)
+	if recv && s.committed.Load() {
+		// Context was called as this retry began, and may have handed out
+		// the failed attempt's context: the stream ends there instead.
+		s.abandonLocked(a)
+		s.finished = true
+		return retry.Permanent(s.lastErr) // the failure that led to this retry
+	}
+	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
+	if a.timer != nil {
+		// Created: the chain's timeouts bounded the creation only.
+		a.timer.Stop()
+		a.timer = nil
+	}
+	if s.closedSend {
+		s.armFirstLocked(a)
+	}
+	eof := false
+	for _, msg := range s.sent {
+		if err = cs.SendMsg(msg); err != nil {
+			break
+		}
+	}
+	if err == io.EOF {
+		// The stream ended on the server's side: RecvMsg gets its status,
+		// which is classified (and maybe retried) as usual.
+		err, eof = nil, true
+	}
+	if err != nil {
+		// A client-side error (see SendMsg), and grpc-go has ended the
+		// stream: neither the downstream's failure nor worth another try.
+		s.abandonLocked(a)
+		return retry.Permanent(err)
+	}
+	if s.closedSend && !eof {
+		_ = cs.CloseSend() // grpc-go's returns nil: the status comes from RecvMsg
+	}
+	if !recv {
+		return nil
+	}
+	err = cs.RecvMsg(m)
+	switch {
+	case err == nil:
+		s.gotFirstLocked(a)
+		if !s.desc.ServerStreams {
+			s.finishLocked(nil)
+		}
+		return nil
+	case err == io.EOF:
+		s.finishLocked(nil)
+		return errEOF
+	}
+	return s.failLocked(a, err, cs.Trailer(), recv)
+}
+
+// failLocked ends attempt a, failed with err, and returns what the retry
+// should see. trailer is a's, if it made a stream that ended.
+func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
+	s.answer = err
+	err = s.timedOut(a, err)
+	s.lastErr = err
+	s.endLocked(a, err)
+	out := s.outcome(err, trailer, recv)
+	var until time.Time
+	for _, b := range s.plan.breakers {
+		if u := bridge.BreakerOpenUntil(b); u.After(until) {
+			until = u
+		}
+	}
+	if !until.IsZero() {
+		// A breaker is open: the retry learns when it admits again, and does
+		// not wait for a rejection.
+		out = &bridge.OpenAfter{Err: out, Until: until}
+	}
+	return out
+}
+
+// armLocked starts the chain's timeout for the creation of attempt a.
+func (s *stream) armLocked(a *attempt) {
+	if s.received || a.timer != nil || a.done {
+		return
+	}
+	if d, owner := s.firstTimeout(); d > 0 {
+		cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: owner}}
+		a.timer = time.AfterFunc(d, func() { cancel(cause) })
+	}
+}
+
+// armFirstLocked starts FirstMessageTimeout for attempt a, once the client
+// has sent everything: it ends the attempt as a failure, inside every
+// breaker.
+func (s *stream) armFirstLocked(a *attempt) {
+	d := s.cfg.firstMsg
+	if d == 0 || s.received || a.timer != nil || a.done {
+		return
+	}
+	cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: s.plan.inner}}
+	a.timer = time.AfterFunc(d, func() { cancel(cause) })
+}
+
+// firstTimeout is the soonest of the chain's timeout and what is left of
+// the overall one, with the position of the timeout it comes from.
+func (s *stream) firstTimeout() (time.Duration, int) {
+	d, owner := s.first, s.firstAt
+	if !s.deadline.IsZero() {
+		if left := time.Until(s.deadline); d == 0 || left <= d {
+			d, owner = max(left, time.Nanosecond), s.overallAt
+		}
+	}
+	return d, owner
+}
+
+// timedOut reports an attempt that the chain's timeout ended as such.
+func (s *stream) timedOut(a *attempt, err error) error {
+	var te *timeout.Error
+	if s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &te) {
+		return &timeout.Error{Timeout: te.Timeout, Err: err}
+	}
+	return err
+}
+
+// limit is the most attempts the stream may make, 0: no limit.
+func (s *stream) limit() int {
+	// Attempts count across establishment and the first receive, so a
+	// stream never makes more than the retry's attempts (or the call's cap).
+	limit := s.maxAttempts
+	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts < limit) {
+		limit = s.plan.retry.Attempts
+	}
+	return limit
+}
+
+// outcome is what the retry sees of a failed attempt. trailer is that
+// attempt's own (nil if it made no stream), for its pushback.
+func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
+	limit := s.limit()
+	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
+		(limit == 0 || s.attempts < limit)
+	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
+}
+
+// endLocked reports attempt a's outcome to the breakers, once, and releases
+// it.
+func (s *stream) endLocked(a *attempt, err error) {
+	if a.done {
+		return
+	}
+	owner := -1
+	var exp *expiry
+	if err != nil && s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &exp) {
+		owner = exp.owner
+	}
+	for i, p := range a.permits {
+		if owner >= 0 && owner < s.plan.at[i] {
+			// As in package chain: a deadline from a timeout outside the
+			// breaker is the caller's, as far as the breaker is concerned.
+			p.DoneNeutral()
+			continue
+		}
+		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
+	}
+	s.releaseLocked(a)
+}
+
+// abandonLocked reports attempt a as neutral, once, and releases it.
+func (s *stream) abandonLocked(a *attempt) {
+	if a.done {
+		return
+	}
+	for _, p := range a.permits {
+		p.DoneNeutral()
+	}
+	s.releaseLocked(a)
+}
+
+func (s *stream) releaseLocked(a *attempt) {
+	a.done, a.permits = true, nil
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	if a.stop != nil {
+		a.stop()
+	}
+	a.cancel(nil)
+}
+
+// settle reports an attempt whose stream ended, if nothing else will.
+func (s *stream) settle(a *attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleLocked(a)
+}
+
+// settleLocked reports attempt a if its stream ended (grpc-go finished it,
+// or its context ended) and no call is in flight to see how: a caller may
+// close the ClientConn, cancel, or learn from Header that the stream
+// ended, and never call RecvMsg again.
+func (s *stream) settleLocked(a *attempt) {
+	fin := a.fin.Load()
+	if a.done || s.recving.Load() || s.sending.Load() > 0 || (fin == nil && a.ctx.Err() == nil) {
+		return
+	}
+	var exp *expiry
+	switch {
+	case s.ctx.Err() != nil:
+		s.finished = true
+		s.abandonLocked(a) // the caller's own cancellation: neutral
+	case errors.As(context.Cause(a.ctx), &exp):
+		// The chain's timeout: a failure, as RecvMsg would report it (or
+		// neutral, for a timeout outside the breaker). A later RecvMsg may
+		// still retry.
+		s.endLocked(a, context.Cause(a.ctx))
+	case s.cc != nil && s.cc.GetState() == connectivity.Shutdown:
+		s.abandonLocked(a) // ClientConn.Close: the caller's doing, neutral
+	default:
+		// The stream's status, as Header found it: counted as RecvMsg will
+		// count it. A later RecvMsg gets it, and may still retry.
+		s.endLocked(a, *fin)
+	}
+}
+
+func (s *stream) gotFirstLocked(a *attempt) {
+	s.received = true
+	s.sent = nil
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+}
+
+// finishLocked reports the stream's final outcome, once.
+func (s *stream) finishLocked(err error) {
+	if s.finished {
+		return
+	}
+	s.finished = true
+	if s.cur != nil {
+		s.endLocked(s.cur, err)
+	}
+}
