@@ -180,7 +180,7 @@ func (s *stream) CloseSend() error {
 
 func (s *stream) RecvMsg(m any) error {
 	s.mu.Lock()
-	a, first := s.cur, !s.received
+	a := s.cur
 	s.recving.Store(true)
 	s.mu.Unlock()
 	err := a.cs.RecvMsg(m)
@@ -192,23 +192,12 @@ func (s *stream) RecvMsg(m any) error {
 		s.settleLocked(s.cur)
 	}()
 	switch {
-	case err == nil:
-		if first {
-			s.gotFirstLocked(a)
-		}
-		if !s.desc.ServerStreams {
-			// Unary or client-streaming: this was the one response, and
-			// grpc-go has already checked the end of the stream.
-			s.finishLocked(nil)
-		}
-		return nil
-	case err == io.EOF:
-		s.finishLocked(nil)
-		return io.EOF
+	case s.receivedLocked(a, err):
+		return err // a message, or io.EOF
 	case s.finished || a != s.cur:
 		return toStatus(s.ctx, s.timedOut(a, err), s.answer) // the same status as before
 	}
-	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
+	if s.received || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
 		return toStatus(s.ctx, err, s.answer)

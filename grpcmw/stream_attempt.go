@@ -122,16 +122,11 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		return nil
 	}
 	err = cs.RecvMsg(m)
-	switch {
-	case err == nil:
-		s.gotFirstLocked(a)
-		if !s.desc.ServerStreams {
-			s.finishLocked(nil)
+	if s.receivedLocked(a, err) {
+		if err == io.EOF {
+			return errEOF
 		}
 		return nil
-	case err == io.EOF:
-		s.finishLocked(nil)
-		return errEOF
 	}
 	return s.failLocked(a, err, cs.Trailer(), recv)
 }
@@ -302,12 +297,27 @@ func (s *stream) settleLocked(a *attempt) {
 	}
 }
 
-func (s *stream) gotFirstLocked(a *attempt) {
-	s.received = true
-	s.sent = nil
-	if a.timer != nil {
-		a.timer.Stop()
+// receivedLocked takes what a RecvMsg on attempt a returned, if it is a
+// message or the stream's clean end (io.EOF), and reports whether it was.
+// The first message ends the retries, the replay buffer and
+// FirstMessageTimeout. A stream that is not server-streaming has then had
+// its one response, and grpc-go has already checked its end: that, like
+// io.EOF, is the stream's final outcome, a success.
+func (s *stream) receivedLocked(a *attempt, err error) bool {
+	if err != nil && err != io.EOF {
+		return false
 	}
+	if err == nil && !s.received {
+		s.received = true
+		s.sent = nil
+		if a.timer != nil {
+			a.timer.Stop()
+		}
+	}
+	if err == io.EOF || !s.desc.ServerStreams {
+		s.finishLocked(nil)
+	}
+	return true
 }
 
 // finishLocked reports the stream's final outcome, once.
