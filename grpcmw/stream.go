@@ -2,12 +2,11 @@ package grpcmw
 
 import (
 	"context"
-	"errors"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/callguard/callguard/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -36,21 +35,16 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 		}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		s := &stream{
-			mu:  make(chanMutex, 1),
 			cfg: cfg, plan: &p.plan, ctx: ctx, desc: desc, cc: cc, method: method,
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
+		s.idle.L = &s.mu
 		var overall time.Duration
 		s.first, s.firstAt, overall, s.overallAt = s.plan.times()
 		if overall > 0 {
 			s.deadline = time.Now().Add(overall)
 		}
-		// Under the lock: an attempt's watchers (see attempt) may run as soon
-		// as its stream exists.
-		s.mu.Lock()
-		err = s.establishLocked()
-		s.mu.Unlock()
-		if err != nil {
+		if err = s.establish(); err != nil {
 			return nil, toStatus(ctx, err, s.answer)
 		}
 		return s, nil
@@ -90,8 +84,12 @@ type stream struct {
 	curStream atomic.Pointer[grpc.ClientStream]
 	committed atomic.Bool
 
-	mu         chanMutex
-	cur        *attempt // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
+	// The stream's state, under mu, which is never held while something
+	// waits (see establish).
+	mu         sync.Mutex
+	idle       sync.Cond // on mu, broadcast when a retry ends
+	retrying   bool      // the establishment or a retry is in progress, without the lock
+	cur        *attempt  // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
 	attempts   int
 	sent       []any
 	sentBytes  int
@@ -122,6 +120,11 @@ func (s *stream) bufferLocked(m any) {
 
 func (s *stream) SendMsg(m any) error {
 	s.mu.Lock()
+	for s.retrying {
+		// Only a SendMsg after CloseSend, which grpc-go fails, meets a
+		// retry: it goes to the stream the retry ends with.
+		s.idle.Wait()
+	}
 	s.bufferLocked(m)
 	a := s.cur
 	s.sending.Add(1)
@@ -173,6 +176,11 @@ func (s *stream) CloseSend() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closedSend = true
+	if s.retrying {
+		// A stream is retried only once its send side is closed, and each
+		// new attempt's is closed after its replay.
+		return nil
+	}
 	err := s.cur.cs.CloseSend()
 	s.armFirstLocked(s.cur)
 	return err
@@ -203,21 +211,7 @@ func (s *stream) RecvMsg(m any) error {
 		return toStatus(s.ctx, err, s.answer)
 	}
 	// Before the first response, with everything sent: retry.
-	failed := s.failLocked(a, err, a.cs.Trailer(), true)
-	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error {
-		if s.committed.Load() {
-			return retry.Permanent(s.lastErr) // Context was called during the wait
-		}
-		return s.attemptLocked(true, m)
-	})
-	if rerr == nil {
-		return nil
-	}
-	if errors.Is(rerr, io.EOF) {
-		return io.EOF
-	}
-	s.finishLocked(rerr)
-	return toStatus(s.ctx, rerr, s.answer)
+	return s.retryLocked(a, err, m)
 }
 
 // Header, Trailer and Context answer for the latest attempt's stream
@@ -236,13 +230,3 @@ func (s *stream) Context() context.Context {
 	s.committed.Store(true)
 	return (*s.curStream.Load()).Context()
 }
-
-// chanMutex is a mutex made of a channel: a goroutine waiting for it is
-// durably blocked in the sense of testing/synctest, so a stream used in a
-// synctest bubble lets virtual time pass while one goroutine waits for the
-// lock and the holder waits out a retry's backoff (a sync.Mutex would stop
-// the bubble's clock).
-type chanMutex chan struct{}
-
-func (m chanMutex) Lock()   { m <- struct{}{} }
-func (m chanMutex) Unlock() { <-m }

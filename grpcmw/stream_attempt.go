@@ -10,13 +10,12 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
-	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 )
 
 // attempt is one try at the stream, with the breakers' permits for it.
+// Its fields change under stream.mu, but for fin.
 type attempt struct {
 	cs      grpc.ClientStream // nil until the streamer returns one
 	ctx     context.Context
@@ -24,48 +23,86 @@ type attempt struct {
 	timer   *time.Timer // the chain's timeout, while it applies
 	stop    func() bool // stops the watch of ctx
 	permits []breaker.Permit
-	done    bool                  // the permits are reported; under stream.mu
+	done    bool                  // the permits are reported
 	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
 }
-
-// expiry is the cause with which a chain timeout ends an attempt: owner is
-// the position in the chain of the timeout that set the deadline.
-type expiry struct{ owner int }
-
-func (*expiry) Error() string { return "grpcmw: stream not established in time" }
 
 // errEOF ends a retry loop on a stream that ended cleanly before any message.
 var errEOF = retry.Permanent(io.EOF)
 
-// establishLocked makes the stream through the retry, if any.
-func (s *stream) establishLocked() error {
-	attempt := func(context.Context) error { return s.attemptLocked(false, nil) }
+// establish makes the stream through the retry, if any.
+//
+// The stream's lock, mu, is held only to read and change the stream's
+// state, never while something waits. The establishment, and a retry in
+// RecvMsg (see retryLocked), mark the stream retrying under the lock, then
+// drop it: the retry's waits (its backoff, a breaker's open stay) and each
+// attempt's creation, replay and first receive run without it, and the
+// attempt takes it back to install its stream and to record how it went.
+// While the stream is retrying, Header, Trailer and Context answer for the
+// latest attempt's stream, CloseSend has nothing left to do, settle leaves
+// the attempts to the retry, and only SendMsg (after CloseSend, a caller's
+// mistake) waits, on idle, for the retry to end. So no method waits behind
+// a backoff, and in a testing/synctest bubble no goroutine is stuck on the
+// lock (which would stop the bubble's clock) while the retry sleeps.
+func (s *stream) establish() error {
+	s.mu.Lock()
+	s.retrying = true
+	s.mu.Unlock()
+	var err error
 	if s.plan.retry == nil {
-		return attempt(s.ctx)
+		err = s.attempt(false, nil)
+	} else {
+		err = s.plan.retry.DoUntil(s.ctx, s.deadline, func(context.Context) error { return s.attempt(false, nil) })
 	}
-	return s.plan.retry.DoUntil(s.ctx, s.deadline, attempt)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retriedLocked()
+	return err
 }
 
-// attemptLocked makes one stream. With recv, a retry, it also replays what
-// was sent and receives the first message into m.
-func (s *stream) attemptLocked(recv bool, m any) error {
-	s.attempts++
-	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
-	for _, b := range s.plan.breakers {
-		p, err := b.Allow(s.ctx)
-		if err != nil {
-			for _, q := range permits {
-				q.DoneNeutral() // admitted, but the call never happened
-			}
-			return err
-		}
-		permits = append(permits, p)
+// retryLocked retries the stream after its attempt a failed with err
+// before any response, and receives the first response into m. Called
+// with s.mu held, it marks the stream retrying and releases the lock for
+// the retry, taking it back before it returns.
+func (s *stream) retryLocked(a *attempt, err error, m any) error {
+	failed := s.failLocked(a, err, a.cs.Trailer(), true)
+	s.retrying = true
+	s.mu.Unlock()
+	err = s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attempt(true, m) })
+	s.mu.Lock()
+	s.retriedLocked()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, io.EOF):
+		return io.EOF
 	}
-	a := &attempt{permits: permits}
-	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
-	// The chain's timeout bounds the streamer, which can block (waiting for
-	// a connection, grpc.WaitForReady), as it bounds a unary call.
-	s.armLocked(a)
+	s.finishLocked(err)
+	return toStatus(s.ctx, err, s.answer)
+}
+
+// retriedLocked ends an establishment or a retry: a SendMsg waiting for it
+// goes on, and what ended meanwhile is settled (if no call is in flight to
+// see it: see settleLocked).
+func (s *stream) retriedLocked() {
+	s.retrying = false
+	s.idle.Broadcast()
+	if s.cur != nil {
+		s.settleLocked(s.cur)
+	}
+}
+
+// attempt makes one stream. It takes s.mu in turns, never across the
+// streamer, the replay or the first receive, which can block. With recv, a
+// retry in RecvMsg, it also replays what was sent and receives the first
+// message into m.
+func (s *stream) attempt(recv bool, m any) error {
+	s.mu.Lock()
+	a, err := s.beginLocked(recv)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	// grpc-go calls OnFinish when it ends the stream for any reason:
 	// RecvMsg's status, a SendMsg error, Header, the caller's context,
 	// ClientConn.Close. Unlike watching ClientStream.Context, it does not
@@ -77,9 +114,63 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 		}
 	}))
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
+	s.mu.Lock()
 	if err != nil {
-		return s.failLocked(a, err, nil, recv)
+		err = s.failLocked(a, err, nil, recv)
+	} else {
+		err = s.installLocked(a, cs, recv)
 	}
+	// The replay needs no lock: no SendMsg runs while the stream retries,
+	// and there is nothing to replay when it is first established.
+	sent, closedSend := s.sent, s.closedSend
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err = s.replay(a, cs, sent, closedSend); err != nil || !recv {
+		return err
+	}
+	err = cs.RecvMsg(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.receivedLocked(a, err) {
+		if err == io.EOF {
+			return errEOF
+		}
+		return nil
+	}
+	return s.failLocked(a, err, cs.Trailer(), recv)
+}
+
+// beginLocked starts an attempt: it counts it, takes the breakers' permits
+// for it, and starts the chain's timeout for its creation.
+func (s *stream) beginLocked(recv bool) (*attempt, error) {
+	if recv && s.committed.Load() {
+		return nil, retry.Permanent(s.lastErr) // Context was called during the wait
+	}
+	s.attempts++
+	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
+	for _, b := range s.plan.breakers {
+		p, err := b.Allow(s.ctx)
+		if err != nil {
+			for _, q := range permits {
+				q.DoneNeutral() // admitted, but the call never happened
+			}
+			return nil, err
+		}
+		permits = append(permits, p)
+	}
+	a := &attempt{permits: permits}
+	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
+	// The chain's timeout bounds the streamer, which can block (waiting for
+	// a connection, grpc.WaitForReady), as it bounds a unary call.
+	s.armLocked(a)
+	return a, nil
+}
+
+// installLocked makes attempt a, whose stream cs was created, the
+// stream's current attempt.
+func (s *stream) installLocked(a *attempt, cs grpc.ClientStream, recv bool) error {
 	a.cs, s.cur = cs, a
 	s.curStream.Store(&cs)
 	if recv && s.committed.Load() {
@@ -98,37 +189,35 @@ func (s *stream) attemptLocked(recv bool, m any) error {
 	if s.closedSend {
 		s.armFirstLocked(a)
 	}
-	eof := false
-	for _, msg := range s.sent {
+	return nil
+}
+
+// replay sends attempt a's new stream cs what was sent on the stream
+// before, and closes its send side if the caller has closed it.
+func (s *stream) replay(a *attempt, cs grpc.ClientStream, sent []any, closedSend bool) error {
+	var err error
+	for _, msg := range sent {
 		if err = cs.SendMsg(msg); err != nil {
 			break
 		}
 	}
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		// The stream ended on the server's side: RecvMsg gets its status,
 		// which is classified (and maybe retried) as usual.
-		err, eof = nil, true
-	}
-	if err != nil {
+		return nil
+	case err != nil:
 		// A client-side error (see SendMsg), and grpc-go has ended the
 		// stream: neither the downstream's failure nor worth another try.
+		s.mu.Lock()
 		s.abandonLocked(a)
+		s.mu.Unlock()
 		return retry.Permanent(err)
 	}
-	if s.closedSend && !eof {
+	if closedSend {
 		_ = cs.CloseSend() // grpc-go's returns nil: the status comes from RecvMsg
 	}
-	if !recv {
-		return nil
-	}
-	err = cs.RecvMsg(m)
-	if s.receivedLocked(a, err) {
-		if err == io.EOF {
-			return errEOF
-		}
-		return nil
-	}
-	return s.failLocked(a, err, cs.Trailer(), recv)
+	return nil
 }
 
 // failLocked ends attempt a, failed with err, and returns what the retry
@@ -151,182 +240,4 @@ func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv boo
 		out = &bridge.OpenAfter{Err: out, Until: until}
 	}
 	return out
-}
-
-// armLocked starts the chain's timeout for the creation of attempt a.
-func (s *stream) armLocked(a *attempt) {
-	if s.received || a.timer != nil || a.done {
-		return
-	}
-	if d, owner := s.firstTimeout(); d > 0 {
-		cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: owner}}
-		a.timer = time.AfterFunc(d, func() { cancel(cause) })
-	}
-}
-
-// armFirstLocked starts FirstMessageTimeout for attempt a, once the client
-// has sent everything: it ends the attempt as a failure, inside every
-// breaker.
-func (s *stream) armFirstLocked(a *attempt) {
-	d := s.cfg.firstMsg
-	if d == 0 || s.received || a.timer != nil || a.done {
-		return
-	}
-	cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: s.plan.inner}}
-	a.timer = time.AfterFunc(d, func() { cancel(cause) })
-}
-
-// firstTimeout is the soonest of the chain's timeout and what is left of
-// the overall one, with the position of the timeout it comes from.
-func (s *stream) firstTimeout() (time.Duration, int) {
-	d, owner := s.first, s.firstAt
-	if !s.deadline.IsZero() {
-		if left := time.Until(s.deadline); d == 0 || left <= d {
-			d, owner = max(left, time.Nanosecond), s.overallAt
-		}
-	}
-	return d, owner
-}
-
-// timedOut reports an attempt that the chain's timeout ended as such.
-func (s *stream) timedOut(a *attempt, err error) error {
-	var te *timeout.Error
-	if s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &te) {
-		return &timeout.Error{Timeout: te.Timeout, Err: err}
-	}
-	return err
-}
-
-// limit is the most attempts the stream may make, 0: no limit.
-func (s *stream) limit() int {
-	// Attempts count across establishment and the first receive, so a
-	// stream never makes more than the retry's attempts (or the call's cap).
-	limit := s.maxAttempts
-	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts < limit) {
-		limit = s.plan.retry.Attempts
-	}
-	return limit
-}
-
-// outcome is what the retry sees of a failed attempt. trailer is that
-// attempt's own (nil if it made no stream), for its pushback.
-func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
-	limit := s.limit()
-	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
-		(limit == 0 || s.attempts < limit)
-	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
-}
-
-// endLocked reports attempt a's outcome to the breakers, once, and releases
-// it.
-func (s *stream) endLocked(a *attempt, err error) {
-	if a.done {
-		return
-	}
-	owner := -1
-	var exp *expiry
-	if err != nil && s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &exp) {
-		owner = exp.owner
-	}
-	for i, p := range a.permits {
-		if owner >= 0 && owner < s.plan.at[i] {
-			// As in package chain: a deadline from a timeout outside the
-			// breaker is the caller's, as far as the breaker is concerned.
-			p.DoneNeutral()
-			continue
-		}
-		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
-	}
-	s.releaseLocked(a)
-}
-
-// abandonLocked reports attempt a as neutral, once, and releases it.
-func (s *stream) abandonLocked(a *attempt) {
-	if a.done {
-		return
-	}
-	for _, p := range a.permits {
-		p.DoneNeutral()
-	}
-	s.releaseLocked(a)
-}
-
-func (s *stream) releaseLocked(a *attempt) {
-	a.done, a.permits = true, nil
-	if a.timer != nil {
-		a.timer.Stop()
-	}
-	if a.stop != nil {
-		a.stop()
-	}
-	a.cancel(nil)
-}
-
-// settle reports an attempt whose stream ended, if nothing else will.
-func (s *stream) settle(a *attempt) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.settleLocked(a)
-}
-
-// settleLocked reports attempt a if its stream ended (grpc-go finished it,
-// or its context ended) and no call is in flight to see how: a caller may
-// close the ClientConn, cancel, or learn from Header that the stream
-// ended, and never call RecvMsg again.
-func (s *stream) settleLocked(a *attempt) {
-	fin := a.fin.Load()
-	if a.done || s.recving.Load() || s.sending.Load() > 0 || (fin == nil && a.ctx.Err() == nil) {
-		return
-	}
-	var exp *expiry
-	switch {
-	case s.ctx.Err() != nil:
-		s.finished = true
-		s.abandonLocked(a) // the caller's own cancellation: neutral
-	case errors.As(context.Cause(a.ctx), &exp):
-		// The chain's timeout: a failure, as RecvMsg would report it (or
-		// neutral, for a timeout outside the breaker). A later RecvMsg may
-		// still retry.
-		s.endLocked(a, context.Cause(a.ctx))
-	case s.cc != nil && s.cc.GetState() == connectivity.Shutdown:
-		s.abandonLocked(a) // ClientConn.Close: the caller's doing, neutral
-	default:
-		// The stream's status, as Header found it: counted as RecvMsg will
-		// count it. A later RecvMsg gets it, and may still retry.
-		s.endLocked(a, *fin)
-	}
-}
-
-// receivedLocked takes what a RecvMsg on attempt a returned, if it is a
-// message or the stream's clean end (io.EOF), and reports whether it was.
-// The first message ends the retries, the replay buffer and
-// FirstMessageTimeout. A stream that is not server-streaming has then had
-// its one response, and grpc-go has already checked its end: that, like
-// io.EOF, is the stream's final outcome, a success.
-func (s *stream) receivedLocked(a *attempt, err error) bool {
-	if err != nil && err != io.EOF {
-		return false
-	}
-	if err == nil && !s.received {
-		s.received = true
-		s.sent = nil
-		if a.timer != nil {
-			a.timer.Stop()
-		}
-	}
-	if err == io.EOF || !s.desc.ServerStreams {
-		s.finishLocked(nil)
-	}
-	return true
-}
-
-// finishLocked reports the stream's final outcome, once.
-func (s *stream) finishLocked(err error) {
-	if s.finished {
-		return
-	}
-	s.finished = true
-	if s.cur != nil {
-		s.endLocked(s.cur, err)
-	}
 }
