@@ -2,21 +2,12 @@ package grpcmw
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/callguard/callguard/breaker"
-	"github.com/callguard/callguard/chain"
-	"github.com/callguard/callguard/fallback"
-	"github.com/callguard/callguard/internal/adapter"
-	"github.com/callguard/callguard/internal/bridge"
-	"github.com/callguard/callguard/retry"
-	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
@@ -33,69 +24,6 @@ const (
 	maxReplayBytes = 64 << 10
 )
 
-// plan is how a chain applies to a stream: its retry wraps establishment,
-// every breaker admits each attempt and learns the stream's final outcome,
-// the soonest timeout bounds each attempt's creation, and a timeout
-// outside the retry and the breakers bounds all attempts. Positions are in
-// the chain's policies with nested chains flattened.
-type plan struct {
-	retry    *bridge.Retry
-	breakers []*breaker.Breaker
-	at       []int // each breaker's position in the chain
-	timeouts []*timeout.Policy
-	tAt      []int // each timeout's position
-	outer    int   // the number of timeouts outside the retry and the breakers
-	inner    int   // a position inside every policy: FirstMessageTimeout's
-}
-
-// times returns, now, the soonest timeout of the chain and its position,
-// and the soonest of those outside the retry and the breakers, which bounds
-// all attempts (0: none). A tie goes to the outer one, as in package chain;
-// an adaptive timeout gives its current value.
-func (p *plan) times() (first time.Duration, firstAt int, overall time.Duration, overallAt int) {
-	for i, t := range p.timeouts {
-		d := t.Timeout()
-		if i < p.outer && (overall == 0 || d < overall) {
-			overall, overallAt = d, p.tAt[i]
-		}
-		if first == 0 || d < first {
-			first, firstAt = d, p.tAt[i]
-		}
-	}
-	return first, firstAt, overall, overallAt
-}
-
-// planFor makes the plan of c, or says which of its policies a stream
-// cannot apply.
-func planFor(c *chain.Chain) (plan, error) {
-	var p plan
-	policies := adapter.Flatten(c)
-	p.inner = len(policies)
-	for i, pol := range policies {
-		switch v := pol.(type) {
-		case *retry.Policy:
-			if p.retry != nil {
-				return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a stream applies one retry; keep a single retry, outside the breaker", v, i+1, c)
-			}
-			p.retry = bridge.RetryOf(v)
-		case *breaker.Breaker:
-			p.breakers = append(p.breakers, v)
-			p.at = append(p.at, i)
-		case *timeout.Policy:
-			if p.retry == nil && len(p.breakers) == 0 {
-				p.outer++ // outside: bounds all attempts
-			}
-			p.timeouts = append(p.timeouts, v)
-			p.tAt = append(p.tAt, i)
-		case *fallback.Policy:
-			return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a fallback cannot answer a stream; use grpcmw.UnaryOnly(), or give streams a chain without it", v, i+1, c)
-		default:
-			return p, fmt.Errorf("grpcmw: streams cannot apply %T, policy #%d of chain %v: a stream runs only breakers, a retry and timeouts; use grpcmw.UnaryOnly(), or give streams a chain of those", v, i+1, c)
-		}
-	}
-	return p, nil
-}
-
 func (cfg *config) stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
 		p, err := cfg.chainFor(ctx, method, cc)
@@ -107,21 +35,16 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 		}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		s := &stream{
-			mu:  make(chanMutex, 1),
 			cfg: cfg, plan: &p.plan, ctx: ctx, desc: desc, cc: cc, method: method,
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
+		s.idle.L = &s.mu
 		var overall time.Duration
 		s.first, s.firstAt, overall, s.overallAt = s.plan.times()
 		if overall > 0 {
 			s.deadline = time.Now().Add(overall)
 		}
-		// Under the lock: an attempt's watchers (see attempt) may run as soon
-		// as its stream exists.
-		s.mu.Lock()
-		err = s.establishLocked()
-		s.mu.Unlock()
-		if err != nil {
+		if err = s.establish(); err != nil {
 			return nil, toStatus(ctx, err, s.answer)
 		}
 		return s, nil
@@ -161,8 +84,12 @@ type stream struct {
 	curStream atomic.Pointer[grpc.ClientStream]
 	committed atomic.Bool
 
-	mu         chanMutex
-	cur        *attempt // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
+	// The stream's state, under mu, which is never held while something
+	// waits (see establish).
+	mu         sync.Mutex
+	idle       sync.Cond // on mu, broadcast when a retry ends
+	retrying   bool      // the establishment or a retry is in progress, without the lock
+	cur        *attempt  // the latest attempt that made a stream; a failed retry keeps it, and its calls keep failing
 	attempts   int
 	sent       []any
 	sentBytes  int
@@ -172,311 +99,6 @@ type stream struct {
 	finished   bool  // the final outcome is known: no more retries
 	lastErr    error // the last failed attempt's error, as the retry saw it
 	answer     error // the last failed attempt's own error: the downstream's last answer
-}
-
-// attempt is one try at the stream, with the breakers' permits for it.
-type attempt struct {
-	cs      grpc.ClientStream // nil until the streamer returns one
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	timer   *time.Timer // the chain's timeout, while it applies
-	stop    func() bool // stops the watch of ctx
-	permits []breaker.Permit
-	done    bool                  // the permits are reported; under stream.mu
-	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
-}
-
-// expiry is the cause with which a chain timeout ends an attempt: owner is
-// the position in the chain of the timeout that set the deadline.
-type expiry struct{ owner int }
-
-func (*expiry) Error() string { return "grpcmw: stream not established in time" }
-
-// errEOF ends a retry loop on a stream that ended cleanly before any message.
-var errEOF = retry.Permanent(io.EOF)
-
-// establishLocked makes the stream through the retry, if any.
-func (s *stream) establishLocked() error {
-	attempt := func(context.Context) error { return s.attemptLocked(false, nil) }
-	if s.plan.retry == nil {
-		return attempt(s.ctx)
-	}
-	return s.plan.retry.DoUntil(s.ctx, s.deadline, attempt)
-}
-
-// attemptLocked makes one stream. With recv, a retry, it also replays what
-// was sent and receives the first message into m.
-func (s *stream) attemptLocked(recv bool, m any) error {
-	s.attempts++
-	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
-	for _, b := range s.plan.breakers {
-		p, err := b.Allow(s.ctx)
-		if err != nil {
-			for _, q := range permits {
-				q.DoneNeutral() // admitted, but the call never happened
-			}
-			return err
-		}
-		permits = append(permits, p)
-	}
-	a := &attempt{permits: permits}
-	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
-	// The chain's timeout bounds the streamer, which can block (waiting for
-	// a connection, grpc.WaitForReady), as it bounds a unary call.
-	s.armLocked(a)
-	// grpc-go calls OnFinish when it ends the stream for any reason:
-	// RecvMsg's status, a SendMsg error, Header, the caller's context,
-	// ClientConn.Close. Unlike watching ClientStream.Context, it does not
-	// commit grpc-go's attempt, which would end its transparent retry.
-	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(func(err error) {
-		a.fin.Store(&err)
-		if !s.recving.Load() && s.sending.Load() == 0 { // else the call in flight settles it
-			go s.settle(a) // not inline: grpc-go may call this under s.mu, from this very attempt
-		}
-	}))
-	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
-	if err != nil {
-		return s.failLocked(a, err, nil, recv)
-	}
-	a.cs, s.cur = cs, a
-	s.curStream.Store(&cs)
-	if recv && s.committed.Load() {
-		// Context was called as this retry began, and may have handed out
-		// the failed attempt's context: the stream ends there instead.
-		s.abandonLocked(a)
-		s.finished = true
-		return retry.Permanent(s.lastErr) // the failure that led to this retry
-	}
-	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
-	if a.timer != nil {
-		// Created: the chain's timeouts bounded the creation only.
-		a.timer.Stop()
-		a.timer = nil
-	}
-	if s.closedSend {
-		s.armFirstLocked(a)
-	}
-	eof := false
-	for _, msg := range s.sent {
-		if err = cs.SendMsg(msg); err != nil {
-			break
-		}
-	}
-	if err == io.EOF {
-		// The stream ended on the server's side: RecvMsg gets its status,
-		// which is classified (and maybe retried) as usual.
-		err, eof = nil, true
-	}
-	if err != nil {
-		// A client-side error (see SendMsg), and grpc-go has ended the
-		// stream: neither the downstream's failure nor worth another try.
-		s.abandonLocked(a)
-		return retry.Permanent(err)
-	}
-	if s.closedSend && !eof {
-		_ = cs.CloseSend() // grpc-go's returns nil: the status comes from RecvMsg
-	}
-	if !recv {
-		return nil
-	}
-	err = cs.RecvMsg(m)
-	switch {
-	case err == nil:
-		s.gotFirstLocked(a)
-		if !s.desc.ServerStreams {
-			s.finishLocked(nil)
-		}
-		return nil
-	case err == io.EOF:
-		s.finishLocked(nil)
-		return errEOF
-	}
-	return s.failLocked(a, err, cs.Trailer(), recv)
-}
-
-// failLocked ends attempt a, failed with err, and returns what the retry
-// should see. trailer is a's, if it made a stream that ended.
-func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
-	s.answer = err
-	err = s.timedOut(a, err)
-	s.lastErr = err
-	s.endLocked(a, err)
-	out := s.outcome(err, trailer, recv)
-	var until time.Time
-	for _, b := range s.plan.breakers {
-		if u := bridge.BreakerOpenUntil(b); u.After(until) {
-			until = u
-		}
-	}
-	if !until.IsZero() {
-		// A breaker is open: the retry learns when it admits again, and does
-		// not wait for a rejection.
-		out = &bridge.OpenAfter{Err: out, Until: until}
-	}
-	return out
-}
-
-// armLocked starts the chain's timeout for the creation of attempt a.
-func (s *stream) armLocked(a *attempt) {
-	if s.received || a.timer != nil || a.done {
-		return
-	}
-	if d, owner := s.firstTimeout(); d > 0 {
-		cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: owner}}
-		a.timer = time.AfterFunc(d, func() { cancel(cause) })
-	}
-}
-
-// armFirstLocked starts FirstMessageTimeout for attempt a, once the client
-// has sent everything: it ends the attempt as a failure, inside every
-// breaker.
-func (s *stream) armFirstLocked(a *attempt) {
-	d := s.cfg.firstMsg
-	if d == 0 || s.received || a.timer != nil || a.done {
-		return
-	}
-	cancel, cause := a.cancel, &timeout.Error{Timeout: d, Err: &expiry{owner: s.plan.inner}}
-	a.timer = time.AfterFunc(d, func() { cancel(cause) })
-}
-
-// firstTimeout is the soonest of the chain's timeout and what is left of
-// the overall one, with the position of the timeout it comes from.
-func (s *stream) firstTimeout() (time.Duration, int) {
-	d, owner := s.first, s.firstAt
-	if !s.deadline.IsZero() {
-		if left := time.Until(s.deadline); d == 0 || left <= d {
-			d, owner = max(left, time.Nanosecond), s.overallAt
-		}
-	}
-	return d, owner
-}
-
-// timedOut reports an attempt that the chain's timeout ended as such.
-func (s *stream) timedOut(a *attempt, err error) error {
-	var te *timeout.Error
-	if s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &te) {
-		return &timeout.Error{Timeout: te.Timeout, Err: err}
-	}
-	return err
-}
-
-// limit is the most attempts the stream may make, 0: no limit.
-func (s *stream) limit() int {
-	// Attempts count across establishment and the first receive, so a
-	// stream never makes more than the retry's attempts (or the call's cap).
-	limit := s.maxAttempts
-	if s.plan.retry != nil && (limit == 0 || s.plan.retry.Attempts < limit) {
-		limit = s.plan.retry.Attempts
-	}
-	return limit
-}
-
-// outcome is what the retry sees of a failed attempt. trailer is that
-// attempt's own (nil if it made no stream), for its pushback.
-func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
-	limit := s.limit()
-	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
-		(limit == 0 || s.attempts < limit)
-	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
-}
-
-// endLocked reports attempt a's outcome to the breakers, once, and releases
-// it.
-func (s *stream) endLocked(a *attempt, err error) {
-	if a.done {
-		return
-	}
-	owner := -1
-	var exp *expiry
-	if err != nil && s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &exp) {
-		owner = exp.owner
-	}
-	for i, p := range a.permits {
-		if owner >= 0 && owner < s.plan.at[i] {
-			// As in package chain: a deadline from a timeout outside the
-			// breaker is the caller's, as far as the breaker is concerned.
-			p.DoneNeutral()
-			continue
-		}
-		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
-	}
-	s.releaseLocked(a)
-}
-
-// abandonLocked reports attempt a as neutral, once, and releases it.
-func (s *stream) abandonLocked(a *attempt) {
-	if a.done {
-		return
-	}
-	for _, p := range a.permits {
-		p.DoneNeutral()
-	}
-	s.releaseLocked(a)
-}
-
-func (s *stream) releaseLocked(a *attempt) {
-	a.done, a.permits = true, nil
-	if a.timer != nil {
-		a.timer.Stop()
-	}
-	if a.stop != nil {
-		a.stop()
-	}
-	a.cancel(nil)
-}
-
-// settle reports an attempt whose stream ended, if nothing else will.
-func (s *stream) settle(a *attempt) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.settleLocked(a)
-}
-
-// settleLocked reports attempt a if its stream ended (grpc-go finished it,
-// or its context ended) and no call is in flight to see how: a caller may
-// close the ClientConn, cancel, or learn from Header that the stream
-// ended, and never call RecvMsg again.
-func (s *stream) settleLocked(a *attempt) {
-	fin := a.fin.Load()
-	if a.done || s.recving.Load() || s.sending.Load() > 0 || (fin == nil && a.ctx.Err() == nil) {
-		return
-	}
-	var exp *expiry
-	switch {
-	case s.ctx.Err() != nil:
-		s.finished = true
-		s.abandonLocked(a) // the caller's own cancellation: neutral
-	case errors.As(context.Cause(a.ctx), &exp):
-		// The chain's timeout: a failure, as RecvMsg would report it (or
-		// neutral, for a timeout outside the breaker). A later RecvMsg may
-		// still retry.
-		s.endLocked(a, context.Cause(a.ctx))
-	case s.cc != nil && s.cc.GetState() == connectivity.Shutdown:
-		s.abandonLocked(a) // ClientConn.Close: the caller's doing, neutral
-	default:
-		// The stream's status, as Header found it: counted as RecvMsg will
-		// count it. A later RecvMsg gets it, and may still retry.
-		s.endLocked(a, *fin)
-	}
-}
-
-func (s *stream) gotFirstLocked(a *attempt) {
-	s.received = true
-	s.sent = nil
-	if a.timer != nil {
-		a.timer.Stop()
-	}
-}
-
-// finishLocked reports the stream's final outcome, once.
-func (s *stream) finishLocked(err error) {
-	if s.finished {
-		return
-	}
-	s.finished = true
-	if s.cur != nil {
-		s.endLocked(s.cur, err)
-	}
 }
 
 // bufferLocked keeps m for a replay, while a retry may still need it.
@@ -498,6 +120,11 @@ func (s *stream) bufferLocked(m any) {
 
 func (s *stream) SendMsg(m any) error {
 	s.mu.Lock()
+	for s.retrying {
+		// Only a SendMsg after CloseSend, which grpc-go fails, meets a
+		// retry: it goes to the stream the retry ends with.
+		s.idle.Wait()
+	}
 	s.bufferLocked(m)
 	a := s.cur
 	s.sending.Add(1)
@@ -549,6 +176,11 @@ func (s *stream) CloseSend() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closedSend = true
+	if s.retrying {
+		// A stream is retried only once its send side is closed, and each
+		// new attempt's is closed after its replay.
+		return nil
+	}
 	err := s.cur.cs.CloseSend()
 	s.armFirstLocked(s.cur)
 	return err
@@ -556,7 +188,7 @@ func (s *stream) CloseSend() error {
 
 func (s *stream) RecvMsg(m any) error {
 	s.mu.Lock()
-	a, first := s.cur, !s.received
+	a := s.cur
 	s.recving.Store(true)
 	s.mu.Unlock()
 	err := a.cs.RecvMsg(m)
@@ -568,43 +200,18 @@ func (s *stream) RecvMsg(m any) error {
 		s.settleLocked(s.cur)
 	}()
 	switch {
-	case err == nil:
-		if first {
-			s.gotFirstLocked(a)
-		}
-		if !s.desc.ServerStreams {
-			// Unary or client-streaming: this was the one response, and
-			// grpc-go has already checked the end of the stream.
-			s.finishLocked(nil)
-		}
-		return nil
-	case err == io.EOF:
-		s.finishLocked(nil)
-		return io.EOF
+	case s.receivedLocked(a, err):
+		return err // a message, or io.EOF
 	case s.finished || a != s.cur:
 		return toStatus(s.ctx, s.timedOut(a, err), s.answer) // the same status as before
 	}
-	if !first || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
+	if s.received || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
 		return toStatus(s.ctx, err, s.answer)
 	}
 	// Before the first response, with everything sent: retry.
-	failed := s.failLocked(a, err, a.cs.Trailer(), true)
-	rerr := s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error {
-		if s.committed.Load() {
-			return retry.Permanent(s.lastErr) // Context was called during the wait
-		}
-		return s.attemptLocked(true, m)
-	})
-	if rerr == nil {
-		return nil
-	}
-	if errors.Is(rerr, io.EOF) {
-		return io.EOF
-	}
-	s.finishLocked(rerr)
-	return toStatus(s.ctx, rerr, s.answer)
+	return s.retryLocked(a, err, m)
 }
 
 // Header, Trailer and Context answer for the latest attempt's stream
@@ -623,13 +230,3 @@ func (s *stream) Context() context.Context {
 	s.committed.Store(true)
 	return (*s.curStream.Load()).Context()
 }
-
-// chanMutex is a mutex made of a channel: a goroutine waiting for it is
-// durably blocked in the sense of testing/synctest, so a stream used in a
-// synctest bubble lets virtual time pass while one goroutine waits for the
-// lock and the holder waits out a retry's backoff (a sync.Mutex would stop
-// the bubble's clock).
-type chanMutex chan struct{}
-
-func (m chanMutex) Lock()   { m <- struct{}{} }
-func (m chanMutex) Unlock() { <-m }

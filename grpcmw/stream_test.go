@@ -828,6 +828,87 @@ func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 	})
 }
 
+// TestStreamRetryWaitHoldsNoLock: while a Recv waits out a retry's backoff,
+// or a breaker's open stay (RetryWhenOpen), the stream's lock is free:
+// Header, Trailer, CloseSend and Context from another goroutine return at
+// once, in virtual time, and the retry goes on (or, after Context, ends
+// the stream when the wait is over). A SendMsg after CloseSend, which
+// grpc-go refuses, waits for the retry's end, and the bubble's clock runs
+// meanwhile.
+func TestStreamRetryWaitHoldsNoLock(t *testing.T) {
+	for _, wait := range []struct {
+		name  string
+		chain func() *chain.Chain // whose retry waits after the first attempt fails
+		until time.Duration       // the end of the wait, from the start
+	}{
+		{"backoff", func() *chain.Chain { return must(chain.New(slowRetry())) }, time.Second},
+		// The open stay ends just after its second: the breaker's
+		// bridge.OpenAfter.Until is the first instant it admits again.
+		{"breaker open", func() *chain.Chain {
+			r := must(retry.New(retry.MaxAttempts(3), retry.Constant(time.Millisecond), retry.Jitter(0), retry.RetryWhenOpen()))
+			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Second}))
+			return must(chain.New(r, b))
+		}, time.Second + time.Nanosecond},
+	} {
+		for _, tc := range []struct {
+			name  string
+			call  func(w healthpb.Health_WatchClient) error // 100 ms into the wait
+			waits bool                                      // the call returns when the retry ends
+			code  codes.Code                                // the call's
+			recv  codes.Code                                // the waiting Recv's (OK: a message)
+			calls int64                                     // the server's, when the Recv returns
+		}{
+			{"Header, Trailer, CloseSend", func(w healthpb.Health_WatchClient) error {
+				_, _ = w.Header()
+				_ = w.Trailer()
+				return w.CloseSend()
+			}, false, codes.OK, codes.OK, 2},
+			{"Context", func(w healthpb.Health_WatchClient) error {
+				_ = w.Context()
+				return nil
+			}, false, codes.OK, codes.Unavailable, 1},
+			{"SendMsg after CloseSend", func(w healthpb.Health_WatchClient) error {
+				return w.SendMsg(&healthpb.HealthCheckRequest{})
+			}, true, codes.Internal, codes.OK, 2},
+		} {
+			t.Run(wait.name+"/"+tc.name, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					srv := testserver.NewGRPCBufconn(firstUnavailable)
+					defer srv.Stop()
+					conn := must(srv.Dial(must(grpcmw.NewInterceptors(wait.chain(), grpcmw.AllIdempotent())).DialOptions()...))
+					defer conn.Close()
+					w := must(healthpb.NewHealthClient(conn).Watch(context.Background(), &healthpb.HealthCheckRequest{}))
+					start := time.Now()
+					type result struct {
+						err   error
+						took  time.Duration
+						calls int64
+					}
+					done := make(chan result, 1)
+					go func() {
+						_, err := w.Recv()
+						done <- result{err, time.Since(start), srv.Received.Load()}
+					}()
+					time.Sleep(100 * time.Millisecond)
+					callStart := time.Now()
+					err := tc.call(w)
+					want := time.Duration(0)
+					if tc.waits {
+						want = wait.until - 100*time.Millisecond
+					}
+					if took := time.Since(callStart); took != want || status.Code(err) != tc.code {
+						t.Errorf("the call: %v after %v; want %v after %v", err, took, tc.code, want)
+					}
+					r := <-done
+					if status.Code(r.err) != tc.recv || r.took != wait.until || r.calls != tc.calls {
+						t.Errorf("the Recv: %v after %v and %d calls; want %v after %v and %d calls", r.err, r.took, r.calls, tc.recv, wait.until, tc.calls)
+					}
+				})
+			})
+		}
+	}
+}
+
 // TestStreamStatusAfterCommitAndEnd: the caller gets the status of the
 // failure that ended the stream: the last attempt's when Context stops a
 // retry during its backoff (also after FirstMessageTimeout), and the same

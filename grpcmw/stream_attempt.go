@@ -1,0 +1,243 @@
+package grpcmw
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/retry"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// attempt is one try at the stream, with the breakers' permits for it.
+// Its fields change under stream.mu, but for fin.
+type attempt struct {
+	cs      grpc.ClientStream // nil until the streamer returns one
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	timer   *time.Timer // the chain's timeout, while it applies
+	stop    func() bool // stops the watch of ctx
+	permits []breaker.Permit
+	done    bool                  // the permits are reported
+	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
+}
+
+// errEOF ends a retry loop on a stream that ended cleanly before any message.
+var errEOF = retry.Permanent(io.EOF)
+
+// establish makes the stream through the retry, if any.
+//
+// The stream's lock, mu, is held only to read and change the stream's
+// state, never while something waits. The establishment, and a retry in
+// RecvMsg (see retryLocked), mark the stream retrying under the lock, then
+// drop it: the retry's waits (its backoff, a breaker's open stay) and each
+// attempt's creation, replay and first receive run without it, and the
+// attempt takes it back to install its stream and to record how it went.
+// While the stream is retrying, Header, Trailer and Context answer for the
+// latest attempt's stream, CloseSend has nothing left to do, settle leaves
+// the attempts to the retry, and only SendMsg (after CloseSend, a caller's
+// mistake) waits, on idle, for the retry to end. So no method waits behind
+// a backoff, and in a testing/synctest bubble no goroutine is stuck on the
+// lock (which would stop the bubble's clock) while the retry sleeps.
+func (s *stream) establish() error {
+	s.mu.Lock()
+	s.retrying = true
+	s.mu.Unlock()
+	var err error
+	if s.plan.retry == nil {
+		err = s.attempt(false, nil)
+	} else {
+		err = s.plan.retry.DoUntil(s.ctx, s.deadline, func(context.Context) error { return s.attempt(false, nil) })
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.retriedLocked()
+	return err
+}
+
+// retryLocked retries the stream after its attempt a failed with err
+// before any response, and receives the first response into m. Called
+// with s.mu held, it marks the stream retrying and releases the lock for
+// the retry, taking it back before it returns.
+func (s *stream) retryLocked(a *attempt, err error, m any) error {
+	failed := s.failLocked(a, err, a.cs.Trailer(), true)
+	s.retrying = true
+	s.mu.Unlock()
+	err = s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attempt(true, m) })
+	s.mu.Lock()
+	s.retriedLocked()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, io.EOF):
+		return io.EOF
+	}
+	s.finishLocked(err)
+	return toStatus(s.ctx, err, s.answer)
+}
+
+// retriedLocked ends an establishment or a retry: a SendMsg waiting for it
+// goes on, and what ended meanwhile is settled (if no call is in flight to
+// see it: see settleLocked).
+func (s *stream) retriedLocked() {
+	s.retrying = false
+	s.idle.Broadcast()
+	if s.cur != nil {
+		s.settleLocked(s.cur)
+	}
+}
+
+// attempt makes one stream. It takes s.mu in turns, never across the
+// streamer, the replay or the first receive, which can block. With recv, a
+// retry in RecvMsg, it also replays what was sent and receives the first
+// message into m.
+func (s *stream) attempt(recv bool, m any) error {
+	s.mu.Lock()
+	a, err := s.beginLocked(recv)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	// grpc-go calls OnFinish when it ends the stream for any reason:
+	// RecvMsg's status, a SendMsg error, Header, the caller's context,
+	// ClientConn.Close. Unlike watching ClientStream.Context, it does not
+	// commit grpc-go's attempt, which would end its transparent retry.
+	opts := append(s.opts[:len(s.opts):len(s.opts)], grpc.OnFinish(func(err error) {
+		a.fin.Store(&err)
+		if !s.recving.Load() && s.sending.Load() == 0 { // else the call in flight settles it
+			go s.settle(a) // not inline: grpc-go may call this under s.mu, from this very attempt
+		}
+	}))
+	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
+	s.mu.Lock()
+	if err != nil {
+		err = s.failLocked(a, err, nil, recv)
+	} else {
+		err = s.installLocked(a, cs, recv)
+	}
+	// The replay needs no lock: no SendMsg runs while the stream retries,
+	// and there is nothing to replay when it is first established.
+	sent, closedSend := s.sent, s.closedSend
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err = s.replay(a, cs, sent, closedSend); err != nil || !recv {
+		return err
+	}
+	err = cs.RecvMsg(m)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.receivedLocked(a, err) {
+		if err == io.EOF {
+			return errEOF
+		}
+		return nil
+	}
+	return s.failLocked(a, err, cs.Trailer(), recv)
+}
+
+// beginLocked starts an attempt: it counts it, takes the breakers' permits
+// for it, and starts the chain's timeout for its creation.
+func (s *stream) beginLocked(recv bool) (*attempt, error) {
+	if recv && s.committed.Load() {
+		return nil, retry.Permanent(s.lastErr) // Context was called during the wait
+	}
+	s.attempts++
+	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
+	for _, b := range s.plan.breakers {
+		p, err := b.Allow(s.ctx)
+		if err != nil {
+			for _, q := range permits {
+				q.DoneNeutral() // admitted, but the call never happened
+			}
+			return nil, err
+		}
+		permits = append(permits, p)
+	}
+	a := &attempt{permits: permits}
+	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
+	// The chain's timeout bounds the streamer, which can block (waiting for
+	// a connection, grpc.WaitForReady), as it bounds a unary call.
+	s.armLocked(a)
+	return a, nil
+}
+
+// installLocked makes attempt a, whose stream cs was created, the
+// stream's current attempt.
+func (s *stream) installLocked(a *attempt, cs grpc.ClientStream, recv bool) error {
+	a.cs, s.cur = cs, a
+	s.curStream.Store(&cs)
+	if recv && s.committed.Load() {
+		// Context was called as this retry began, and may have handed out
+		// the failed attempt's context: the stream ends there instead.
+		s.abandonLocked(a)
+		s.finished = true
+		return retry.Permanent(s.lastErr) // the failure that led to this retry
+	}
+	a.stop = context.AfterFunc(a.ctx, func() { s.settle(a) }) // also for streams that are not grpc-go's
+	if a.timer != nil {
+		// Created: the chain's timeouts bounded the creation only.
+		a.timer.Stop()
+		a.timer = nil
+	}
+	if s.closedSend {
+		s.armFirstLocked(a)
+	}
+	return nil
+}
+
+// replay sends attempt a's new stream cs what was sent on the stream
+// before, and closes its send side if the caller has closed it.
+func (s *stream) replay(a *attempt, cs grpc.ClientStream, sent []any, closedSend bool) error {
+	var err error
+	for _, msg := range sent {
+		if err = cs.SendMsg(msg); err != nil {
+			break
+		}
+	}
+	switch {
+	case err == io.EOF:
+		// The stream ended on the server's side: RecvMsg gets its status,
+		// which is classified (and maybe retried) as usual.
+		return nil
+	case err != nil:
+		// A client-side error (see SendMsg), and grpc-go has ended the
+		// stream: neither the downstream's failure nor worth another try.
+		s.mu.Lock()
+		s.abandonLocked(a)
+		s.mu.Unlock()
+		return retry.Permanent(err)
+	}
+	if closedSend {
+		_ = cs.CloseSend() // grpc-go's returns nil: the status comes from RecvMsg
+	}
+	return nil
+}
+
+// failLocked ends attempt a, failed with err, and returns what the retry
+// should see. trailer is a's, if it made a stream that ended.
+func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
+	s.answer = err
+	err = s.timedOut(a, err)
+	s.lastErr = err
+	s.endLocked(a, err)
+	out := s.outcome(err, trailer, recv)
+	var until time.Time
+	for _, b := range s.plan.breakers {
+		if u := bridge.BreakerOpenUntil(b); u.After(until) {
+			until = u
+		}
+	}
+	if !until.IsZero() {
+		// A breaker is open: the retry learns when it admits again, and does
+		// not wait for a rejection.
+		out = &bridge.OpenAfter{Err: out, Until: until}
+	}
+	return out
+}
