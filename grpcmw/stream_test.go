@@ -817,8 +817,8 @@ func TestStreamContextCommits(t *testing.T) {
 
 // TestStreamHeaderThenRecvInBubble: a stream used in a synctest bubble lets
 // virtual time pass while the retry that Header's discovery leads to waits
-// out its backoff (the stream's lock is a channel, so a goroutine waiting
-// for it is durably blocked).
+// out its backoff (no lock is held during a retry's wait, and a goroutine
+// waiting for the retry to end waits on a sync.Cond: durably blocked).
 func TestStreamHeaderThenRecvInBubble(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv, w, stop := watchFailingOnce(threeAttempts())

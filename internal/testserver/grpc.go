@@ -56,6 +56,8 @@ type GRPC struct {
 	Received atomic.Int64
 	Wasted   atomic.Int64 // deaf answers finished after their client had gone
 	handlers sync.WaitGroup
+	hmu      sync.Mutex // orders handlers.Add before Stop's Wait
+	stopped  bool       // under hmu
 	srv      *grpc.Server
 	lis      *bufconn.Listener
 	answer   func(n int64, method string) GRPCAnswer
@@ -104,6 +106,9 @@ func (s *GRPC) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 // one runs its Delay to the end).
 func (s *GRPC) Stop() {
 	s.srv.Stop()
+	s.hmu.Lock()
+	s.stopped = true
+	s.hmu.Unlock()
 	s.handlers.Wait()
 }
 
@@ -125,7 +130,13 @@ func (h *health) answer(ctx context.Context, method string) (GRPCAnswer, error) 
 }
 
 func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
-	h.s.handlers.Add(1)
+	h.s.hmu.Lock()
+	if h.s.stopped {
+		h.s.hmu.Unlock()
+		return nil, status.Error(codes.Unavailable, "testserver: stopped")
+	}
+	h.s.handlers.Add(1) // never at once with Stop's Wait (a WaitGroup race)
+	h.s.hmu.Unlock()
 	defer h.s.handlers.Done()
 	a, err := h.answer(ctx, MethodCheck)
 	if err != nil {
