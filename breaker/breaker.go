@@ -63,7 +63,7 @@ type Breaker struct {
 	s    Settings // normalized; zero for an adapted gobreaker
 	m    *machine // native engine, or nil
 	gb   *gobreaker.TwoStepCircuitBreaker[any]
-	note notifier
+	note atomic.Pointer[notifier] // nil until there is a receiver of state changes
 
 	adapted bool // made by FromGobreaker
 
@@ -93,8 +93,11 @@ func New(s Settings) (*Breaker, error) {
 		return nil, err
 	}
 	b := &Breaker{s: s}
-	b.note.fn, b.note.name = s.OnStateChange, s.Name
-	b.note.active.Store(s.OnStateChange != nil)
+	if s.OnStateChange != nil {
+		n := &notifier{fn: s.OnStateChange, name: s.Name}
+		n.active.Store(true)
+		b.note.Store(n)
+	}
 	if s.Engine == EngineGobreaker {
 		b.gb = newGobreakerEngine(b)
 		b.gbProbes = &OpenError{Name: s.Name, Probes: true}
@@ -211,7 +214,7 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 			}
 		}()
 	}
-	b.note.deliver()
+	b.deliver()
 	if err != nil {
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
@@ -258,7 +261,7 @@ func (b *Breaker) record(g *gen, start stamp, gdone func(error), o outcome, err 
 	}
 	b.count(o)
 	gdone(gobreakerOutcome(b, o, err))
-	b.note.deliver()
+	b.deliver()
 }
 
 // Do runs call if the breaker admits it and records its outcome. A rejected
@@ -308,7 +311,7 @@ func (b *Breaker) State() State {
 		return StateOpen // a zero Breaker: it admits nothing
 	}
 	st := b.gb.State()
-	b.note.deliver()
+	b.deliver()
 	return fromGobreakerState(st)
 }
 

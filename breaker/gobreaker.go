@@ -48,7 +48,7 @@ var (
 )
 
 func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
-	s := b.s
+	s := &b.s // not a copy: the closures below would keep one each
 	// The run of failures in a row, kept here: gobreaker's own
 	// ConsecutiveFailures is cleared when its rate window rolls over, so a
 	// run spread over more than the window would never trip. gobreaker
@@ -79,7 +79,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 				until := time.Now().Add(s.OpenTimeout).Add(1)
 				b.gbOpen.Store(&OpenError{Name: s.Name, Until: until})
 			}
-			b.note.push(fromGobreakerState(from), fromGobreakerState(to), time.Now())
+			b.push(fromGobreakerState(from), fromGobreakerState(to), time.Now())
 		},
 	}
 	consecutive := uint32(s.ConsecutiveFailures) // gobreakerExpressible checked these fit

@@ -36,7 +36,12 @@ func (b *Breaker) watch(key string, fn func(StateChange)) {
 	if b.adapted {
 		return
 	}
-	b.note.watch(key, fn)
+	n := b.note.Load()
+	if n == nil {
+		b.note.CompareAndSwap(nil, &notifier{name: b.s.Name})
+		n = b.note.Load()
+	}
+	n.watch(key, fn)
 }
 
 // openUntil returns the first instant at which the breaker admits a call

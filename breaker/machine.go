@@ -121,7 +121,7 @@ func (m *machine) allowLocked() (*gen, stamp, error) {
 			}
 		}()
 	}
-	m.b.note.deliver()
+	m.b.deliver()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -170,7 +170,7 @@ func (m *machine) set(st State, now time.Time) *gen {
 		}
 	}
 	m.cur.Store(g)
-	m.b.note.push(from, st, now)
+	m.b.push(from, st, now)
 	return g
 }
 
@@ -237,7 +237,7 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 		// An outcome of a state that has ended counts for nothing, but like
 		// any event it ends an open stay that is over (as in gobreaker).
 		m.mu.Unlock()
-		m.b.note.deliver()
+		m.b.deliver()
 		return
 	}
 	switch g.state {
@@ -279,7 +279,7 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 		}
 	}
 	m.mu.Unlock()
-	m.b.note.deliver()
+	m.b.deliver()
 }
 
 // shouldTrip evaluates the trip rules in closed; the caller holds m.mu.
@@ -316,7 +316,7 @@ func (m *machine) state() State {
 	m.mu.Lock()
 	g = m.advance(time.Now())
 	m.mu.Unlock()
-	m.b.note.deliver()
+	m.b.deliver()
 	return g.state
 }
 

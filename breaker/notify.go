@@ -119,3 +119,19 @@ func (n *notifier) deliver() {
 	}
 	n.q = nil
 }
+
+// push queues a transition for the receivers of state changes, if any.
+// Callers may hold the breaker's lock.
+func (b *Breaker) push(from, to State, at time.Time) {
+	if n := b.note.Load(); n != nil {
+		n.push(from, to, at)
+	}
+}
+
+// deliver runs queued callbacks, if any. Callers must not hold the
+// breaker's lock.
+func (b *Breaker) deliver() {
+	if n := b.note.Load(); n != nil {
+		n.deliver()
+	}
+}

@@ -1,6 +1,7 @@
 package breaker
 
 import (
+	"math"
 	"sync/atomic"
 	"time"
 )
@@ -18,12 +19,11 @@ type timeWindow struct {
 	width  time.Duration
 	calls  [windowBuckets]atomic.Uint64 // epoch<<32 | calls
 	spread atomic.Pointer[[windowBuckets][counterShards]paddedUint64]
-	bad    [windowBuckets]badBucket // guarded by machine.mu
+	bad    *[windowBuckets]badBucket // guarded by machine.mu; made at the first failure or slow call
 }
 
 type badBucket struct {
-	epoch       uint32
-	fails, slow uint64
+	epoch, fails, slow uint32
 }
 
 func newTimeWindow(start time.Time, window time.Duration) *timeWindow {
@@ -73,14 +73,17 @@ func (w *timeWindow) addCall(now time.Time) {
 // addBad records a failure or slow call; the caller holds machine.mu.
 func (w *timeWindow) addBad(now time.Time, fail, slow bool) {
 	e := w.epoch(now)
+	if w.bad == nil {
+		w.bad = new([windowBuckets]badBucket)
+	}
 	b := &w.bad[e%windowBuckets]
 	if b.epoch != e {
 		*b = badBucket{epoch: e}
 	}
-	if fail {
+	if fail && b.fails < math.MaxUint32 {
 		b.fails++
 	}
-	if slow {
+	if slow && b.slow < math.MaxUint32 {
 		b.slow++
 	}
 }
@@ -102,10 +105,13 @@ func (w *timeWindow) sums(now time.Time) (calls, fails, slow uint64) {
 				count(sp[i][j].n.Load())
 			}
 		}
+		if w.bad == nil {
+			continue
+		}
 		b := &w.bad[i]
 		if b.epoch != 0 && e-b.epoch < windowBuckets {
-			fails += b.fails
-			slow += b.slow
+			fails += uint64(b.fails)
+			slow += uint64(b.slow)
 		}
 	}
 	return calls, fails, slow

@@ -48,9 +48,6 @@ type step struct {
 	kind      kind
 	inBreaker bool // a timeout inside a breaker: it judges attempts other deadlines end
 	b         *breaker.Breaker
-	r         *retry.Policy
-	t         *timeout.Policy
-	f         *fallback.Policy
 	p         Policy
 
 	// What the chain knows of its own policies beyond their public API,
@@ -59,6 +56,11 @@ type step struct {
 	rx *bridge.Retry
 	fx *bridge.Fallback
 }
+
+// rp, tp and fp return the step's policy as what its kind says it is.
+func (s *step) rp() *retry.Policy    { return s.p.(*retry.Policy) }
+func (s *step) tp() *timeout.Policy  { return s.p.(*timeout.Policy) }
+func (s *step) fp() *fallback.Policy { return s.p.(*fallback.Policy) }
 
 // Options configure how a chain is linted.
 type Options struct {
@@ -100,12 +102,12 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		case *breaker.Breaker:
 			s = step{kind: kindBreaker, b: v, p: p}
 		case *retry.Policy:
-			s = step{kind: kindRetry, r: v, rx: bridge.RetryOf(v), p: p}
+			s = step{kind: kindRetry, rx: bridge.RetryOf(v), p: p}
 		case *timeout.Policy:
-			s = step{kind: kindTimeout, t: v, tx: bridge.TimeoutOf(v), p: p}
+			s = step{kind: kindTimeout, tx: bridge.TimeoutOf(v), p: p}
 			c.holds = true
 		case *fallback.Policy:
-			s = step{kind: kindFallback, f: v, fx: bridge.FallbackOf(v), p: p}
+			s = step{kind: kindFallback, fx: bridge.FallbackOf(v), p: p}
 		}
 		if s.kind == kindOpaque {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one

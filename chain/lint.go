@@ -90,18 +90,18 @@ func (l *linter) innerTimeout(i int) (time.Duration, bool) {
 }
 
 func (l *linter) retry(i int) {
-	r := l.steps[i].r
+	r := l.steps[i].rp()
 	// CG006: another retry inside this one.
 	for _, o := range l.steps[i+1:] {
 		if o.kind == kindRetry {
 			l.warn("CG006", "%v wraps %v: up to %d × %d = %d downstream calls per request, and the outer waits stack on the inner ones. Fix: keep a single retry, outside the breaker.",
-				r, o.r, r.Attempts(), o.r.Attempts(), r.Attempts()*o.r.Attempts())
+				r, o.rp(), r.Attempts(), o.rp().Attempts(), r.Attempts()*o.rp().Attempts())
 		}
 	}
 }
 
 func (l *linter) timeout(i int) {
-	t, tx := l.steps[i].t, l.steps[i].tx
+	t, tx := l.steps[i].tp(), l.steps[i].tx
 	// CG015: an attempt timeout tied to nothing.
 	if !tx.Adaptive && len(tx.Declared) == 0 && l.attemptTimeout(i) {
 		l.info("CG015", "%v bounds each attempt, but the downstream's healthy latency is not declared: the lint cannot check that healthy calls finish well within %v (CG003), and an attempt that a caller's deadline cuts counts as a failure once it has run %v, half the timeout, a guess. Fix: declare the tail, e.g. timeout.New(%v, timeout.Latency(0.99, p99)), or let it follow the observed one: timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 0.99, …}).",
@@ -127,11 +127,11 @@ func (l *linter) timeout(i int) {
 	if tx.Adaptive {
 		for k := i - 1; k >= 0; k-- {
 			o := l.steps[k]
-			if o.kind != kindTimeout || o.tx.Adaptive || o.t.Timeout() > d {
+			if o.kind != kindTimeout || o.tx.Adaptive || o.tp().Timeout() > d {
 				continue
 			}
 			l.warn("CG014", "%v can grow up to %v (AdaptiveOptions.Max), not below the %v of the %v around it: once it has grown that far, the outer deadline ends every attempt, after the whole %v, and a retry between them gets no further attempt. Fix: AdaptiveOptions.Max below %v.",
-				t, d, o.t.Timeout(), o.t, o.t.Timeout(), o.t.Timeout())
+				t, d, o.tp().Timeout(), o.tp(), o.tp().Timeout(), o.tp().Timeout())
 			break
 		}
 	}
@@ -146,7 +146,7 @@ func (l *linter) timeout(i int) {
 // healthy answer may take (the attempt timeout's patience: its declared
 // tail latency, its adaptive estimate, or half of it).
 func (l *linter) overallAround(t *timeout.Policy, d time.Duration, rs step, j int) {
-	r := rs.r
+	r := rs.rp()
 	waits := rs.rx.Waits()
 	total, _ := sumWaits(waits)
 	// Failing at once: the waits alone.
@@ -198,7 +198,7 @@ func (l *linter) innerTimeoutPolicy(i int) (*timeout.Policy, bool) {
 		}
 		t := s.tx.Longest()
 		if best == nil || t < d {
-			best, d = s.t, t
+			best, d = s.tp(), t
 		}
 	}
 	return best, best != nil
@@ -217,7 +217,7 @@ func tailHint(qs []bridge.Quantile) string {
 }
 
 func (l *linter) fallback(i int) {
-	f, onlyOpen := l.steps[i].f, l.steps[i].fx.OnlyOpen
+	f, onlyOpen := l.steps[i].fp(), l.steps[i].fx.OnlyOpen
 	for j := 0; j < i; j++ {
 		o := l.steps[j]
 		switch {
@@ -226,9 +226,9 @@ func (l *linter) fallback(i int) {
 		case o.kind == kindBreaker && !l.breakerAfter(i):
 			l.warn("CG008", "%v is inside %s, and no breaker is inside it: nothing it wraps returns breaker.ErrOpen, so it never answers, and the breaker's ErrOpen reaches the caller. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
 		case o.kind == kindRetry && !onlyOpen:
-			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.r)
+			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.rp())
 		case o.kind == kindTimeout && !onlyOpen:
-			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.t, o.t.Timeout())
+			l.warn("CG008", "%v is inside %v: it runs within that timeout, so when the %v are up it cannot answer: the caller gets the timeout's error, not the fallback's answer. Fix: put the fallback outermost: chain.New(fallback, timeout, …).", f, o.tp(), o.tp().Timeout())
 		}
 	}
 }

@@ -24,7 +24,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		if o.kind != kindRetry {
 			continue
 		}
-		a := o.r.Attempts()
+		a := o.rp().Attempts()
 		if j < i && o.rx.WhenOpen {
 			sum, parts := sumWaits(o.rx.Waits())
 			inFlight := ""
@@ -32,13 +32,13 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 				inFlight = fmt.Sprintf("; and a request in flight when it opens waits out the open stay (%v) to retry into half-open", s.OpenTimeout)
 			}
 			l.warn("CG001", "%v retries breaker.ErrOpen (RetryWhenOpen) outside %s: while the breaker is open each request still waits ≈ %v of backoff (%s) before it fails, instead of failing at once (docs/conflicts.md, case 3)%s. Fix: drop RetryWhenOpen, and answer ErrOpen with a fallback if a degraded answer is wanted.",
-				o.r, name, sum, parts, inFlight)
+				o.rp(), name, sum, parts, inFlight)
 		}
 		if j > i && a > 1 {
-			l.retryInside(o.r, name, s, known)
+			l.retryInside(o.rp(), name, s, known)
 		}
 		if j < i && a > 1 && known {
-			l.budgetOutside(o.r, name, s)
+			l.budgetOutside(o.rp(), name, s)
 		}
 	}
 

@@ -41,7 +41,7 @@ func (c *Chain) run(ctx context.Context, i int, f frame, call func(context.Conte
 		}
 		err := c.run(ctx, i+1, f, call)
 		if err != nil && s.inBreaker {
-			err = judge(ctx, s.t, i, f, now, err)
+			err = judge(ctx, s.tp(), i, f, now, err)
 		}
 		if s.tx.Adaptive {
 			s.tx.Observe(now, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))

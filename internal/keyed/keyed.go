@@ -18,7 +18,6 @@
 package keyed
 
 import (
-	"container/list"
 	"errors"
 	"sort"
 	"sync"
@@ -41,17 +40,38 @@ type Set[T any] struct {
 	onEvict   func(key string)
 
 	mu       sync.Mutex
-	m        map[string]*list.Element
-	lru      list.List // of *entry[T], most recent first
+	m        map[string]*entry[T]
+	lru      entry[T] // the ring's sentinel: lru.next is the most recently used
+	n        int      // entries kept
 	building map[string]*flight[T]
 	over     *flight[T] // the overflow value: built, or being built
 
 	evicted, overflowed atomic.Uint64
 }
 
+// entry is a kept value, in a ring ordered by use (intrusive: no
+// allocation of its own per key).
 type entry[T any] struct {
-	key string
-	v   T
+	key        string
+	v          T
+	prev, next *entry[T]
+}
+
+func (k *Set[T]) unlink(e *entry[T]) {
+	e.prev.next, e.next.prev = e.next, e.prev
+}
+
+func (k *Set[T]) pushFront(e *entry[T]) {
+	e.prev, e.next = &k.lru, k.lru.next
+	k.lru.next.prev = e
+	k.lru.next = e
+}
+
+func (k *Set[T]) moveToFront(e *entry[T]) {
+	if k.lru.next != e {
+		k.unlink(e)
+		k.pushFront(e)
+	}
 }
 
 // flight is a build in progress: callers of the same key wait for it.
@@ -82,8 +102,10 @@ func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[
 	if o.Evictable == nil {
 		o.Evictable = func(T) bool { return true }
 	}
-	return &Set[T]{build: build, evictable: o.Evictable, max: max, onEvict: o.OnEvict,
-		m: make(map[string]*list.Element), building: make(map[string]*flight[T])}, nil
+	k := &Set[T]{build: build, evictable: o.Evictable, max: max, onEvict: o.OnEvict,
+		m: make(map[string]*entry[T]), building: make(map[string]*flight[T])}
+	k.lru.prev, k.lru.next = &k.lru, &k.lru
+	return k, nil
 }
 
 // Get returns the value for key, building it on first use; callers that
@@ -92,8 +114,8 @@ func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[
 func (k *Set[T]) Get(key string) (T, error) {
 	k.mu.Lock()
 	if e, ok := k.m[key]; ok {
-		k.lru.MoveToFront(e)
-		v := e.Value.(*entry[T]).v
+		k.moveToFront(e)
+		v := e.v
 		k.mu.Unlock()
 		return v, nil
 	}
@@ -104,7 +126,7 @@ func (k *Set[T]) Get(key string) (T, error) {
 	}
 	var gone string
 	evicted := false
-	if len(k.m)+len(k.building) >= k.max {
+	if k.n+len(k.building) >= k.max {
 		gone, evicted = k.evictLocked()
 		if !evicted {
 			return k.overflowLocked() // unlocks
@@ -126,19 +148,19 @@ func (k *Set[T]) Get(key string) (T, error) {
 // last evictScan, moving those it passes over to the front; k.mu held.
 func (k *Set[T]) evictLocked() (key string, ok bool) {
 	for range evictScan {
-		e := k.lru.Back()
-		if e == nil {
+		e := k.lru.prev
+		if e == &k.lru {
 			return "", false
 		}
-		en := e.Value.(*entry[T])
-		if !k.evictable(en.v) {
-			k.lru.MoveToFront(e)
+		if !k.evictable(e.v) {
+			k.moveToFront(e)
 			continue
 		}
-		k.lru.Remove(e)
-		delete(k.m, en.key)
+		k.unlink(e)
+		k.n--
+		delete(k.m, e.key)
 		k.evicted.Add(1)
-		return en.key, true
+		return e.key, true
 	}
 	return "", false
 }
@@ -180,7 +202,10 @@ func (k *Set[T]) land(key string, f *flight[T]) {
 		f.v = zero
 		return
 	}
-	k.m[key] = k.lru.PushFront(&entry[T]{key, f.v})
+	e := &entry[T]{key: key, v: f.v}
+	k.pushFront(e)
+	k.m[key] = e
+	k.n++
 }
 
 // Stats are a Set's counts.
@@ -193,7 +218,7 @@ type Stats struct {
 // Stats returns the Set's counts now.
 func (k *Set[T]) Stats() Stats {
 	k.mu.Lock()
-	n := k.lru.Len()
+	n := k.n
 	k.mu.Unlock()
 	return Stats{Kept: n, Evicted: k.evicted.Load(), Overflowed: k.overflowed.Load()}
 }
@@ -202,22 +227,22 @@ func (k *Set[T]) Stats() Stats {
 func (k *Set[T]) Len() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.lru.Len()
+	return k.n
 }
 
 // Each calls fn for every value kept, by key, and for the overflow value
 // if it was built (key Overflow), without holding the Set's lock.
 func (k *Set[T]) Each(fn func(key string, v T)) {
 	k.mu.Lock()
-	all := make([]entry[T], 0, k.lru.Len()+1)
-	for e := k.lru.Front(); e != nil; e = e.Next() {
-		all = append(all, *e.Value.(*entry[T]))
+	all := make([]entry[T], 0, k.n+1)
+	for e := k.lru.next; e != &k.lru; e = e.next {
+		all = append(all, entry[T]{key: e.key, v: e.v})
 	}
 	if f := k.over; f != nil {
 		select {
 		case <-f.done:
 			if f.err == nil {
-				all = append(all, entry[T]{Overflow, f.v})
+				all = append(all, entry[T]{key: Overflow, v: f.v})
 			}
 		default:
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/bridge"
@@ -18,17 +17,17 @@ type Source[T any] struct {
 	keyed  *Set[kept[T]]
 }
 
-// kept is a keyed value with the breakers of its chain, which decide
-// whether it may be evicted.
+// kept is a keyed value with its chain, whose breakers decide whether it
+// may be evicted.
 type kept[T any] struct {
-	v        T
-	breakers []*breaker.Breaker
+	v T
+	c *chain.Chain
 }
 
 // clean reports that every breaker of the chain is closed with no failure
 // counted: evicting it forgets nothing about the downstream.
 func (k kept[T]) clean() bool {
-	for _, b := range k.breakers {
+	for _, b := range adapter.Breakers(k.c) {
 		if !bridge.BreakerClean(b) {
 			return false
 		}
@@ -92,7 +91,7 @@ func NewSource[T any](pkg string, single *chain.Chain, perKey *PerKeyOption, pre
 		if err != nil {
 			return kept[T]{}, err
 		}
-		return kept[T]{v: v, breakers: adapter.Breakers(c)}, nil
+		return kept[T]{v: v, c: c}, nil
 	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].clean, OnEvict: perKey.OnEvict})
 	if err != nil {
 		return Source[T]{}, fmt.Errorf("%s: %s: %w", pkg, perKey.Name, err)
