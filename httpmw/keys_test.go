@@ -109,7 +109,10 @@ func TestMoreFailingHostsThanTheBound(t *testing.T) {
 // made before the timer starts). The chain per host is what docs/http.md
 // recommends at scale: a breaker of its own, the retry and the timeout
 // shared. B/key is the heap the hosts' chains and the set's records take,
-// per host.
+// per host. impl=one-chain sends the same requests through a single chain:
+// what is left between the two is the keyed set's own cost, while both
+// pay the cache misses of touching n hosts' requests (and, per host, n
+// breakers) in turn.
 func BenchmarkKeys(b *testing.B) {
 	r := must(retry.New(retry.MaxAttempts(3)))
 	attempt := must(timeout.New(time.Second, timeout.Latency(0.99, 200*time.Millisecond)))
@@ -121,47 +124,56 @@ func BenchmarkKeys(b *testing.B) {
 		{"consecutive", breaker.Settings{ConsecutiveFailures: 5}},
 		{"count-window", breaker.Settings{FailureRate: 0.5, WindowCalls: 100}},
 	} {
+		build := func(string) (*chain.Chain, error) {
+			br, err := breaker.New(rule.s)
+			if err != nil {
+				return nil, err
+			}
+			return chain.New(r, br, attempt)
+		}
 		for _, n := range []int{10, 1000, 100000} {
-			b.Run(fmt.Sprintf("rule=%s/keys=%d", rule.name, n), func(b *testing.B) {
-				build := func(host string) (*chain.Chain, error) {
-					br, err := breaker.New(rule.s)
-					if err != nil {
-						return nil, err
+			hosts := make([]string, n)
+			for i := range hosts {
+				hosts[i] = fmt.Sprintf("h%d.test", i)
+			}
+			for _, impl := range []string{"per-host", "one-chain"} {
+				b.Run(fmt.Sprintf("rule=%s/keys=%d/impl=%s", rule.name, n, impl), func(b *testing.B) {
+					base := &byHost{}
+					var m0, m1 runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&m0)
+					var tr *httpmw.Transport
+					if impl == "per-host" {
+						tr = must(httpmw.New(base, nil, httpmw.PerHost(build, n)))
+					} else {
+						tr = must(httpmw.New(base, must(build(""))))
 					}
-					return chain.New(r, br, attempt)
-				}
-				hosts := make([]string, n)
-				for i := range hosts {
-					hosts[i] = fmt.Sprintf("h%d.test", i)
-				}
-				base := &byHost{}
-				var m0, m1 runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&m0)
-				tr := must(httpmw.New(base, nil, httpmw.PerHost(build, n)))
-				for _, h := range hosts {
-					getHost(b, tr, h)
-				}
-				runtime.GC()
-				runtime.ReadMemStats(&m1)
-				perKey := float64(m1.HeapAlloc-m0.HeapAlloc) / float64(n)
-				reqs := make([]*http.Request, n)
-				for i, h := range hosts {
-					reqs[i] = must(http.NewRequest(http.MethodGet, "http://"+h+"/", nil))
-				}
-				i := 0
-				for b.Loop() {
-					resp, err := tr.RoundTrip(reqs[i])
-					if err == nil {
-						_ = resp.Body.Close()
+					for _, h := range hosts {
+						getHost(b, tr, h)
 					}
-					if i++; i == n {
-						i = 0
+					runtime.GC()
+					runtime.ReadMemStats(&m1)
+					perKey := float64(m1.HeapAlloc-m0.HeapAlloc) / float64(n)
+					reqs := make([]*http.Request, n)
+					for i, h := range hosts {
+						reqs[i] = must(http.NewRequest(http.MethodGet, "http://"+h+"/", nil))
 					}
-				}
-				b.ReportMetric(perKey, "B/key")
-				runtime.KeepAlive(tr)
-			})
+					i := 0
+					for b.Loop() {
+						resp, err := tr.RoundTrip(reqs[i])
+						if err == nil {
+							_ = resp.Body.Close()
+						}
+						if i++; i == n {
+							i = 0
+						}
+					}
+					if impl == "per-host" {
+						b.ReportMetric(perKey, "B/key")
+					}
+					runtime.KeepAlive(tr)
+				})
+			}
 		}
 	}
 }
