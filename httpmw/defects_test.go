@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -28,24 +29,29 @@ func get0(t *testing.T, tr http.RoundTripper, ctx context.Context) (*http.Respon
 
 // TestNilResponseBody: a base RoundTripper may return a nil body (net/http's
 // Client reads it as empty): no panic reading it, or discarding a nil-body
-// 503 before a retry.
+// 503 before a retry, which comes after exactly its 1 ms backoff (virtual
+// time).
 func TestNilResponseBody(t *testing.T) {
-	var calls atomic.Int32
-	base := roundTripFunc(func(*http.Request) (*http.Response, error) {
-		if calls.Add(1) == 1 {
-			return &http.Response{StatusCode: 503, Header: http.Header{}}, nil
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+			if calls.Add(1) == 1 {
+				return &http.Response{StatusCode: 503, Header: http.Header{}}, nil
+			}
+			return &http.Response{StatusCode: 200, Header: http.Header{}}, nil
+		})
+		tr := must(httpmw.New(base, must(chain.New(threeAttempts()))))
+		start := time.Now()
+		resp, err := get0(t, tr, context.Background())
+		if err != nil {
+			t.Fatal(err)
 		}
-		return &http.Response{StatusCode: 200, Header: http.Header{}}, nil
+		took := time.Since(start)
+		body, err := io.ReadAll(resp.Body)
+		if cerr := resp.Body.Close(); err != nil || cerr != nil || len(body) != 0 || resp.StatusCode != 200 || calls.Load() != 2 || took != time.Millisecond {
+			t.Errorf("got %d %q (%v, %v) after %d calls and %v; want an empty 200 after 2, at exactly 1ms", resp.StatusCode, body, err, cerr, calls.Load(), took)
+		}
 	})
-	tr := must(httpmw.New(base, must(chain.New(threeAttempts()))))
-	resp, err := get0(t, tr, context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if cerr := resp.Body.Close(); err != nil || cerr != nil || len(body) != 0 || resp.StatusCode != 200 || calls.Load() != 2 {
-		t.Errorf("got %d %q (%v, %v) after %d calls; want an empty 200 after 2", resp.StatusCode, body, err, cerr, calls.Load())
-	}
 }
 
 // upgradeBody is a 101 response's body: the connection, readable and
@@ -54,7 +60,9 @@ type upgradeBody struct{ io.ReadWriteCloser }
 
 // TestSwitchingProtocols: a 101 response passes through unchanged, its body
 // still an io.ReadWriteCloser, never retried, and, over a real server, the
-// upgraded connection works after the attempt timeout.
+// upgraded connection works after the attempt timeout: the attempt's
+// context has ended by the time RoundTrip returns (no need to wait out the
+// timeout to see the connection outlive it).
 func TestSwitchingProtocols(t *testing.T) {
 	want := &upgradeBody{}
 	var calls atomic.Int32
@@ -86,7 +94,8 @@ func TestSwitchingProtocols(t *testing.T) {
 	defer srv.Close()
 	base2 := &http.Transport{}
 	defer base2.CloseIdleConnections()
-	tr := must(httpmw.New(base2, must(chain.New(threeAttempts(), must(timeout.New(time.Second))))))
+	rec := &recorder{base: base2}
+	tr := must(httpmw.New(rec, must(chain.New(threeAttempts(), must(timeout.New(time.Second))))))
 	req := must(http.NewRequest(http.MethodGet, srv.URL, nil))
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "echo")
@@ -99,6 +108,9 @@ func TestSwitchingProtocols(t *testing.T) {
 		t.Fatalf("101 body %T, want an io.ReadWriteCloser", resp.Body)
 	}
 	defer rwc.Close()
+	if len(rec.reqs) != 1 || rec.reqs[0].Context().Err() == nil {
+		t.Fatalf("%d attempts, the attempt's context not ended; want 1, ended when RoundTrip returned", len(rec.reqs))
+	}
 	if _, err := io.WriteString(rwc, "hi\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +131,8 @@ func (retryAnyway) Do(ctx context.Context, call func(context.Context) error) err
 // TestClientConditionsNeutral: what the client causes itself (a body that
 // cannot be replayed, a failing GetBody, a second attempt at once) is
 // neutral to the breakers: not a failure, and not a success that could
-// close a half-open breaker.
+// close a half-open breaker. In virtual time, the hedge's second attempt
+// always starts while the first is in the base.
 func TestClientConditionsNeutral(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -139,39 +152,44 @@ func TestClientConditionsNeutral(t *testing.T) {
 		}, hedge{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
-			base := roundTripFunc(func(*http.Request) (*http.Response, error) {
-				time.Sleep(time.Millisecond) // lets a hedge's second attempt meet the first
-				resp, _ := answer(503, nil, "")
-				return resp, nil
+			synctest.Test(t, func(t *testing.T) {
+				b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
+				base := roundTripFunc(func(*http.Request) (*http.Response, error) {
+					time.Sleep(time.Millisecond) // virtual: a hedge's second attempt meets the first
+					resp, _ := answer(503, nil, "")
+					return resp, nil
+				})
+				tr := must(httpmw.New(base, must(chain.New(tc.pol, b))))
+				resp, err := tr.RoundTrip(tc.req())
+				if err == nil {
+					resp.Body.Close()
+				}
+				if cn := b.Counts(); cn.Neutral != 1 || cn.Successes != 0 || cn.Failures != 1 {
+					t.Errorf("breaker %+v; want 1 failure (the 503) and 1 neutral call", cn)
+				}
 			})
-			tr := must(httpmw.New(base, must(chain.New(tc.pol, b))))
-			resp, err := tr.RoundTrip(tc.req())
-			if err == nil {
-				resp.Body.Close()
-			}
-			if cn := b.Counts(); cn.Neutral != 1 || cn.Successes != 0 || cn.Failures != 1 {
-				t.Errorf("breaker %+v; want 1 failure (the 503) and 1 neutral call", cn)
-			}
 		})
 	}
 }
 
 // TestRetryAfterBeyondInt64: a Retry-After of more digits than an int64
 // holds is a wait longer than allowed: no retry (it was read as no header,
-// and retried at once).
+// and retried at once), and no wait: in virtual time, the 503 at +0.
 func TestRetryAfterBeyondInt64(t *testing.T) {
 	for _, v := range []string{"99999999999999999999", "9223372036854775807", "18446744073709551616"} {
-		var calls atomic.Int32
-		tr := must(httpmw.New(failThenOK(http.Header{"Retry-After": {v}}, &calls), must(chain.New(threeAttempts()))))
-		resp, err := get0(t, tr, context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		if resp.StatusCode != 503 || calls.Load() != 1 {
-			t.Errorf("Retry-After %s: got %d after %d calls; want the 503 after 1", v, resp.StatusCode, calls.Load())
-		}
+		inBubble(t, v, func(t *testing.T) {
+			var calls atomic.Int32
+			tr := must(httpmw.New(failThenOK(http.Header{"Retry-After": {v}}, &calls), must(chain.New(threeAttempts()))))
+			start := time.Now()
+			resp, err := get0(t, tr, context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if took := time.Since(start); resp.StatusCode != 503 || calls.Load() != 1 || took != 0 {
+				t.Errorf("Retry-After %s: got %d after %d calls and %v; want the 503 after 1, at once", v, resp.StatusCode, calls.Load(), took)
+			}
+		})
 	}
 }
 
@@ -181,7 +199,7 @@ func TestRetryAfterBeyondInt64(t *testing.T) {
 // the breaker admits again.
 func TestTrippingRequestGivesUp(t *testing.T) {
 	for _, whenOpen := range []bool{false, true} {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, fmt.Sprintf("RetryWhenOpen=%t", whenOpen), func(t *testing.T) {
 			var calls atomic.Int32
 			base := roundTripFunc(func(*http.Request) (*http.Response, error) {
 				calls.Add(1)
@@ -238,7 +256,7 @@ func (*failingBody) Close() error { return nil }
 // counts the response when its headers arrive.
 func TestBodyErrorsCount(t *testing.T) {
 	for _, judge := range []bool{true, false} {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, fmt.Sprintf("CountBodyErrors=%t", judge), func(t *testing.T) {
 			base := roundTripFunc(func(*http.Request) (*http.Response, error) {
 				return &http.Response{StatusCode: 200, Header: http.Header{}, Body: &failingBody{data: "partial", err: errors.New("connection reset")}}, nil
 			})
@@ -264,7 +282,7 @@ func TestBodyErrorsCount(t *testing.T) {
 			if !judge {
 				return
 			}
-			time.Sleep(2 * time.Second) // half-open
+			time.Sleep(2 * time.Second) // virtual: past the open stay, half-open
 			tr2 := must(httpmw.New(roundTripFunc(func(*http.Request) (*http.Response, error) {
 				resp, _ := answer(200, nil, "fine")
 				return resp, nil
@@ -308,7 +326,7 @@ func (b *stallingBody) Close() error {
 // or forever).
 func TestDrainBounded(t *testing.T) {
 	for _, d := range []time.Duration{httpmw.DefaultDrainTimeout, 5 * time.Millisecond} {
-		synctest.Test(t, func(t *testing.T) {
+		inBubble(t, d.String(), func(t *testing.T) {
 			var calls atomic.Int32
 			base := roundTripFunc(func(*http.Request) (*http.Response, error) {
 				if calls.Add(1) == 1 {
@@ -363,7 +381,11 @@ func TestImpatientCallers(t *testing.T) {
 		lat  time.Duration
 		want breaker.State
 	}{{-1, breaker.StateOpen}, {10 * time.Millisecond, breaker.StateClosed}} {
-		synctest.Test(t, func(t *testing.T) {
+		name := "server hangs"
+		if tc.lat >= 0 {
+			name = "server latency " + tc.lat.String()
+		}
+		inBubble(t, name, func(t *testing.T) {
 			b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Minute}))
 			c := must(chain.New(threeAttempts(), b, must(timeout.New(100*time.Millisecond))))
 			client := &http.Client{Timeout: 80 * time.Millisecond, Transport: must(httpmw.New(hangingBase(tc.lat), c))}
