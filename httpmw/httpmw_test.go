@@ -363,7 +363,11 @@ func TestDiscardedBodiesClosed(t *testing.T) {
 	if o, c := counting.opened.Load(), counting.closed.Load(); o != 2*requests || c != o {
 		t.Errorf("%d bodies handed out, %d closed; want %d, all closed", o, c, 2*requests)
 	}
-	if conns := srv.Connections.Load(); conns > 8 {
+	// 4 workers over 4 idle connections need 4 to 7 here; net/http closes a
+	// few more itself on a machine starved of CPU (up to 12 seen with 12
+	// copies of this test on 2 cores). Undrained bodies cost one connection
+	// per discarded response: thousands.
+	if conns := srv.Connections.Load(); conns > 32 {
 		t.Errorf("the server saw %d connections for %d requests: discarded bodies kept connections from reuse", conns, 2*requests)
 	}
 	t.Logf("%d requests, %d bodies closed, %d connections", 2*requests, counting.closed.Load(), srv.Connections.Load())
