@@ -30,8 +30,9 @@ type Policy interface {
 type Chain struct {
 	steps    []step
 	findings []Finding
-	holds    bool // Do may make attempt contexts that Hold can keep
-	opaque   bool // some step is a policy the chain does not know
+	holds    bool     // Do may make attempt contexts that Hold can keep
+	opaque   bool     // some step is a policy the chain does not know
+	first    stepFunc // runs step 0
 }
 
 type kind uint8
@@ -47,7 +48,6 @@ const (
 type step struct {
 	kind      kind
 	inBreaker bool // a timeout inside a breaker: it judges attempts other deadlines end
-	b         *breaker.Breaker
 	p         Policy
 
 	// What the chain knows of its own policies beyond their public API,
@@ -55,9 +55,32 @@ type step struct {
 	tx *bridge.Timeout
 	rx *bridge.Retry
 	fx *bridge.Fallback
+
+	// next runs what is inside the step: the next step, or the call.
+	next stepFunc
 }
 
-// rp, tp and fp return the step's policy as what its kind says it is.
+// stepFunc runs step i of c and everything inside it (i = len(c.steps):
+// the call itself).
+type stepFunc func(c *Chain, ctx context.Context, i int, f frame, call func(context.Context) error) error
+
+// funcOf returns the function that runs a step of kind k.
+func funcOf(k kind) stepFunc {
+	switch k {
+	case kindTimeout:
+		return (*Chain).runTimeout
+	case kindRetry:
+		return (*Chain).runRetry
+	case kindBreaker:
+		return (*Chain).runBreaker
+	case kindFallback:
+		return (*Chain).runFallback
+	}
+	return (*Chain).runOpaque
+}
+
+// bp, rp, tp and fp return the step's policy as what its kind says it is.
+func (s *step) bp() *breaker.Breaker { return s.p.(*breaker.Breaker) }
 func (s *step) rp() *retry.Policy    { return s.p.(*retry.Policy) }
 func (s *step) tp() *timeout.Policy  { return s.p.(*timeout.Policy) }
 func (s *step) fp() *fallback.Policy { return s.p.(*fallback.Policy) }
@@ -100,7 +123,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		s := step{kind: kindOpaque, p: p}
 		switch v := p.(type) {
 		case *breaker.Breaker:
-			s = step{kind: kindBreaker, b: v, p: p}
+			s = step{kind: kindBreaker, p: p}
 		case *retry.Policy:
 			s = step{kind: kindRetry, rx: bridge.RetryOf(v), p: p}
 		case *timeout.Policy:
@@ -113,6 +136,11 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
 		}
 		c.steps = append(c.steps, s)
+	}
+	c.first = (*Chain).runCall
+	for i := len(c.steps) - 1; i >= 0; i-- {
+		c.steps[i].next = c.first
+		c.first = funcOf(c.steps[i].kind)
 	}
 	for i := range c.steps {
 		if c.steps[i].kind != kindBreaker {
@@ -234,7 +262,7 @@ func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error 
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
-	return c.run(ctx, 0, frame{owner: -1}, call)
+	return c.first(c, ctx, 0, frame{owner: -1}, call)
 }
 
 // doHolding is Do under hold.WithHolder: call may keep its attempt context
@@ -248,7 +276,7 @@ func (c *Chain) doHolding(ctx context.Context, call func(context.Context) error)
 	if c.opaque {
 		ctx = hold.WithHolder(ctx)
 	}
-	return c.run(ctx, 0, frame{owner: -1, hold: true}, call)
+	return c.first(c, ctx, 0, frame{owner: -1, hold: true}, call)
 }
 
 func init() {
@@ -270,5 +298,5 @@ func (c *Chain) doDeferred(ctx context.Context, set *deferred.Set, call func(con
 	if c.opaque {
 		ctx = hold.WithHolder(ctx)
 	}
-	return c.run(ctx, 0, frame{owner: -1, hold: true, deferred: set}, call)
+	return c.first(c, ctx, 0, frame{owner: -1, hold: true, deferred: set}, call)
 }

@@ -60,7 +60,7 @@ func lint(steps []step, o Options) []Finding {
 	for i, s := range steps {
 		switch s.kind {
 		case kindBreaker:
-			l.breaker(i, s.b)
+			l.breaker(i, s.bp())
 		case kindRetry:
 			l.retry(i)
 		case kindTimeout:
@@ -222,9 +222,9 @@ func (l *linter) fallback(i int) {
 		o := l.steps[j]
 		switch {
 		case o.kind == kindBreaker && !onlyOpen:
-			l.warn("CG008", "%v is inside %s: the failures it answers look like successes to the breaker, which then never opens and never protects the downstream. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
+			l.warn("CG008", "%v is inside %s: the failures it answers look like successes to the breaker, which then never opens and never protects the downstream. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.bp())
 		case o.kind == kindBreaker && !l.breakerAfter(i):
-			l.warn("CG008", "%v is inside %s, and no breaker is inside it: nothing it wraps returns breaker.ErrOpen, so it never answers, and the breaker's ErrOpen reaches the caller. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.b)
+			l.warn("CG008", "%v is inside %s, and no breaker is inside it: nothing it wraps returns breaker.ErrOpen, so it never answers, and the breaker's ErrOpen reaches the caller. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.bp())
 		case o.kind == kindRetry && !onlyOpen:
 			l.warn("CG008", "%v is inside %v: the failures it answers look like successes, so the retry never retries them. Fix: put the fallback outermost: chain.New(fallback, retry, breaker, …).", f, o.rp())
 		case o.kind == kindTimeout && !onlyOpen:

@@ -1,0 +1,129 @@
+package reliability
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// concurrent is the number of calls in flight at once in these suites.
+const concurrent = 10000
+
+// phase runs n calls at once through call, each under a deadline of
+// deadline, and returns their tally and the longest any took.
+func phase(n int, deadline time.Duration, call func(ctx context.Context) outcome) (tally, time.Duration) {
+	var mu sync.Mutex
+	var t tally
+	var longest time.Duration
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			began := time.Now()
+			o := call(ctx)
+			took := time.Since(began)
+			mu.Lock()
+			t[o]++
+			longest = max(longest, took)
+			mu.Unlock()
+		})
+	}
+	close(start)
+	wg.Wait()
+	return t, longest
+}
+
+// TestTenThousandCalls: 10,000 calls at once through each adapter, to a
+// healthy downstream and then to a failing one: every call is accounted
+// for (ok + failed + rejected = issued) and returns within its deadline;
+// when the downstream fails the breaker holds its load near one attempt a
+// call instead of three; and afterwards goroutines and file descriptors are
+// back where they were.
+func TestTenThousandCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10,000 concurrent calls: not in -short")
+	}
+	const deadline = 5 * time.Second
+	const slack = 250 * time.Millisecond // a loaded 2-core machine's scheduling
+	for _, proto := range []string{"grpc", "http"} {
+		t.Run(proto, func(t *testing.T) {
+			before := snapshot(t)
+			var failing atomic.Bool
+			var received func() int64
+			var call func(ctx context.Context) outcome
+			var closeAll func()
+			c := recommended(3 * time.Second) // a pool of 500 connections queues 10,000 requests: keep the wait out of the attempt's time
+			switch proto {
+			case "grpc":
+				srv := must(testserver.NewGRPC(func(int64, string) testserver.GRPCAnswer {
+					if failing.Load() {
+						return testserver.GRPCAnswer{Code: codes.Unavailable}
+					}
+					return testserver.GRPCAnswer{Delay: 10 * time.Millisecond}
+				}))
+				ic := must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent()))
+				conn := must(srv.Dial(ic.DialOptions()...))
+				client := healthpb.NewHealthClient(conn)
+				received = srv.Received.Load
+				call = func(ctx context.Context) outcome {
+					_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+					return classify(err)
+				}
+				closeAll = func() { _ = conn.Close(); srv.Stop() }
+			case "http":
+				srv := testserver.NewHTTP(func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+					if failing.Load() {
+						return testserver.HTTPAnswer{Status: http.StatusServiceUnavailable}
+					}
+					return testserver.HTTPAnswer{Delay: 10 * time.Millisecond, Body: "ok"}
+				})
+				base := &http.Transport{MaxConnsPerHost: 500, MaxIdleConnsPerHost: 500}
+				client := &http.Client{Transport: must(httpmw.New(base, c))}
+				received = srv.Received.Load
+				call = func(ctx context.Context) outcome {
+					req := must(http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil))
+					return classifyHTTP(client.Do(req))
+				}
+				closeAll = func() { client.CloseIdleConnections(); srv.Close() }
+			}
+			for _, down := range []bool{false, true} {
+				failing.Store(down)
+				from := received()
+				start := time.Now()
+				got, longest := phase(concurrent, deadline, call)
+				sent := received() - from
+				t.Logf("%s, downstream failing %t: %v in %v (longest call %v), %d requests reached the downstream",
+					proto, down, got, time.Since(start).Round(time.Millisecond), longest.Round(time.Millisecond), sent)
+				if got.total() != concurrent {
+					t.Errorf("%d calls accounted for, want %d", got.total(), concurrent)
+				}
+				if longest > deadline+slack {
+					t.Errorf("a call took %v, past its %v deadline", longest, deadline)
+				}
+				switch {
+				case !down && (got[ok] != concurrent || sent != concurrent):
+					t.Errorf("healthy: %v, %d requests; want every call ok, one request each", got, sent)
+				case down && (got[ok] != 0 || sent > concurrent*12/10):
+					t.Errorf("failing: %v, %d requests; want no success and at most 1.2 requests a call (3 without the breaker)", got, sent)
+				}
+			}
+			closeAll()
+			before.back(t)
+		})
+	}
+}
+
+var _ = fmt.Sprint
