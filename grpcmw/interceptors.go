@@ -125,13 +125,14 @@ func passStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
 // once, when it is built.
 type prepared struct {
 	chain     *chain.Chain
-	fallback  bool  // unary calls carry their reply for it (Reply)
-	plan      plan  // for streams
-	streamErr error // streams cannot apply the chain
+	fallback  bool               // unary calls carry their reply for it (Reply)
+	breakers  []*breaker.Breaker // an attempt while one is half-open is a probe
+	plan      plan               // for streams
+	streamErr error              // streams cannot apply the chain
 }
 
 func newConfig(c *chain.Chain, opts []Option) (*config, error) {
-	cfg := &config{Problems: adapter.Problems{Pkg: "grpcmw"}, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10}
+	cfg := &config{Problems: adapter.Problems{Pkg: "grpcmw"}, idempotent: map[string]bool{}, classify: DefaultClassify, bufMsgs: 16, bufBytes: 64 << 10, readyProbes: true}
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
 	}
@@ -140,6 +141,9 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}
+		if cfg.readyProbes {
+			p.breakers = adapter.Breakers(c)
+		}
 		p.plan, p.streamErr = planFor(c)
 		if p.streamErr != nil && cfg.perKey == nil && !cfg.unaryOnly {
 			return nil, p.streamErr

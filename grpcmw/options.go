@@ -33,6 +33,7 @@ type config struct {
 	unaryOnly        bool
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
+	readyProbes      bool
 	source           keyed.Source[*prepared]
 }
 
@@ -159,6 +160,20 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 			c.onChange = fn
 		}
 	})
+}
+
+// ProbesWaitForReady says whether a unary call's attempt made while a
+// breaker of its chain is half-open (a probe) waits for the connection to
+// be ready (on by default): the attempt gets grpc.WaitForReady(true), and
+// a connection in TRANSIENT_FAILURE is told to reconnect at once
+// (ClientConn.ResetConnectBackoff), once per probe, so at most once per
+// open stay. Without it, a probe made while grpc-go waits out its
+// reconnect backoff fails at once, though the server may be back, and the
+// breaker opens again for another stay: after a restart, the breaker
+// closed about a second later than over HTTP (docs/reliability.md). A
+// probe still ends at its attempt timeout or the caller's deadline.
+func ProbesWaitForReady(on bool) Option {
+	return optionFunc(func(c *config) { c.readyProbes = on })
 }
 
 // OnEvict makes fn receive the key of every chain a keyed set ([PerMethod],

@@ -3,7 +3,9 @@ package grpcmw
 import (
 	"context"
 
+	"github.com/callguard/callguard/breaker"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -31,7 +33,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if err != nil {
 			return err
 		}
-		u := &unaryCall{cfg: cfg, callerCtx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: callOpts}
+		u := &unaryCall{cfg: cfg, p: p, callerCtx: ctx, method: method, req: req, reply: reply, cc: cc, invoker: invoker, opts: callOpts}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		u.maxAttempts = maxAttempts
 		if idempotent {
@@ -59,6 +61,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 // slice of their own) and the trailer they fill in.
 type unaryCall struct {
 	cfg         *config
+	p           *prepared
 	callerCtx   context.Context
 	method      string
 	req, reply  any
@@ -77,7 +80,32 @@ type unaryCall struct {
 func (u *unaryCall) attempt(ctx context.Context) error {
 	u.attempts++
 	u.trailer = nil
-	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, u.opts...)
+	opts := u.opts
+	if u.probe() {
+		opts = u.probeOptions()
+	}
+	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, opts...)
 	u.answer = err
 	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
+}
+
+// probe reports an attempt made while a breaker of the chain is half-open
+// (with ProbesWaitForReady): the breaker admitted it as a probe.
+func (u *unaryCall) probe() bool {
+	for _, b := range u.p.breakers {
+		if b.State() == breaker.StateHalfOpen {
+			return true
+		}
+	}
+	return false
+}
+
+// probeOptions returns the call options of a probe: the call's, and
+// WaitForReady, after telling a connection in TRANSIENT_FAILURE to
+// reconnect at once.
+func (u *unaryCall) probeOptions() []grpc.CallOption {
+	if u.cc != nil && u.cc.GetState() == connectivity.TransientFailure {
+		u.cc.ResetConnectBackoff()
+	}
+	return append(u.opts[:len(u.opts):len(u.opts)], grpc.WaitForReady(true))
 }
