@@ -197,14 +197,7 @@ func TestLastStatusIsAResponse(t *testing.T) {
 		srv, client := newVirtual(t, func(n int64, _ *http.Request, _ []byte) testserver.HTTPAnswer {
 			return testserver.HTTPAnswer{Status: 503, Body: fmt.Sprintf("attempt %d", n)}
 		}, must(chain.New(threeAttempts())))
-		start := time.Now()
-		resp, err := client.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(start)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body, took := timedGet(t, client, srv.URL)
 		if resp.StatusCode != 503 || string(body) != "attempt 3" || srv.Received.Load() != 3 {
 			t.Errorf("got %d %q after %d requests, want the 3rd attempt's 503", resp.StatusCode, body, srv.Received.Load())
 		}
@@ -706,14 +699,7 @@ func TestFallbackResponds(t *testing.T) {
 			return httpmw.Respond(ctx, &http.Response{StatusCode: 200, Header: http.Header{"X-From": {"cache"}}, Body: io.NopCloser(strings.NewReader("stale"))})
 		}, fallback.OnAnyFailure()))
 		srv, client := newVirtual(t, always(503), must(chain.New(fb, threeAttempts())))
-		start := time.Now()
-		resp, err := client.Get(srv.URL)
-		if err != nil {
-			t.Fatal(err)
-		}
-		took := time.Since(start)
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		resp, body, took := timedGet(t, client, srv.URL)
 		if resp.StatusCode != 200 || string(body) != "stale" || resp.Header.Get("X-From") != "cache" || srv.Received.Load() != 3 || took != ms(2) {
 			t.Errorf("got %d %q after %d requests and %v; want the fallback's 200 \"stale\" after 3, at exactly 2ms", resp.StatusCode, body, srv.Received.Load(), took)
 		}
@@ -767,4 +753,18 @@ func TestConcurrentAttemptsRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// timedGet gets url with client and reads the body to the end; it returns
+// the response, its body and how long it all took.
+func timedGet(t *testing.T, client *http.Client, url string) (*http.Response, []byte, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	resp, err := client.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, body, time.Since(start)
 }
