@@ -42,6 +42,9 @@ type OpenError struct {
 	// Probes reports a rejection in half-open because the probe quota was
 	// used up.
 	Probes bool
+	// Forced reports a breaker an operator forced open ([Breaker.ForceOpen]):
+	// it stays open until reset, and Until is zero.
+	Forced bool
 }
 
 // Error names the breaker and says how long it stays open, e.g.
@@ -53,6 +56,8 @@ func (e *OpenError) Error() string {
 		s += " " + strconv.Quote(e.Name)
 	}
 	switch {
+	case e.Forced:
+		return s + ": forced open"
 	case e.Probes:
 		return s + ": open (half-open probe quota used up)"
 	case e.Until.IsZero():

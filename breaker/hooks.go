@@ -51,7 +51,7 @@ func (b *Breaker) openUntil() time.Time {
 	var until time.Time
 	switch {
 	case b.m != nil:
-		if g := b.m.cur.Load(); g.state == StateOpen {
+		if g := b.m.cur.Load(); g.state == StateOpen && g.manual == OverrideNone {
 			until = g.expiry.Add(1) // it leaves open strictly after the stay
 		}
 	case b.gb != nil && !b.adapted:

@@ -50,6 +50,8 @@ type gen struct {
 
 	// half-open, guarded by machine.mu
 	admitted, succeeded, failed int
+
+	manual Override // set by an operator (see control.go)
 }
 
 func newMachine(b *Breaker) *machine {
@@ -131,7 +133,7 @@ func (m *machine) allowLocked() (*gen, stamp, error) {
 // advance ends an open stay that is over; the caller holds m.mu.
 func (m *machine) advance(now time.Time) *gen {
 	g := m.cur.Load()
-	if g.state == StateOpen && g.expiry.Before(now) {
+	if g.state == StateOpen && g.manual == OverrideNone && g.expiry.Before(now) {
 		if m.s.SkipHalfOpen {
 			return m.set(StateClosed, now)
 		}
@@ -285,6 +287,9 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 // shouldTrip evaluates the trip rules in closed; the caller holds m.mu.
 func (m *machine) shouldTrip(g *gen, now time.Time) bool {
 	s := m.s
+	if g.manual == OverrideDisabled {
+		return false
+	}
 	if s.ConsecutiveFailures > 0 && g.consec.Load() >= uint64(s.ConsecutiveFailures) {
 		return true
 	}

@@ -4,8 +4,9 @@ package breaker
 // lists the breakers of its chains (grpcmw and httpmw's Breakers methods):
 // with the key of the chain it belongs to in a keyed set.
 type Snapshot struct {
-	Key    string // the key of the breaker's chain in a keyed set; "" outside one
-	Name   string // the breaker's Settings.Name
-	State  State
-	Counts Counts
+	Key      string // the key of the breaker's chain in a keyed set; "" outside one
+	Name     string // the breaker's Settings.Name
+	State    State
+	Override Override // set by an operator: ForceOpen, Disable
+	Counts   Counts
 }

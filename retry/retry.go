@@ -262,6 +262,10 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 		// the end of the wait (checked below): its open stay ends by then,
 		// or it is half-open and only its probe quota was used up.
 		var open *breaker.OpenError
+		if errors.As(err, &open) && open.Forced {
+			return err // forced open by an operator: no wait helps, RetryWhenOpen or not
+		}
+		open = nil
 		rejected := !p.whenOpen && errors.Is(err, breaker.ErrOpen)
 		if rejected && !errors.As(err, &open) {
 			return err

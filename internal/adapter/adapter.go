@@ -65,7 +65,7 @@ func Snapshots(each func(fn func(key string, c *chain.Chain))) []breaker.Snapsho
 	var out []breaker.Snapshot
 	each(func(key string, c *chain.Chain) {
 		for _, b := range Breakers(c) {
-			out = append(out, breaker.Snapshot{Key: key, Name: b.Settings().Name, State: b.State(), Counts: b.Counts()})
+			out = append(out, breaker.Snapshot{Key: key, Name: b.Settings().Name, State: b.State(), Override: b.Override(), Counts: b.Counts()})
 		}
 	})
 	return out
