@@ -3,11 +3,13 @@ package grpcmw
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/keyed"
+	"github.com/callguard/callguard/internal/telemetry"
 	"google.golang.org/grpc"
 )
 
@@ -136,8 +138,15 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
 	}
+	tel, err := telemetry.New("grpcmw", "rpc.method", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
+		cfg.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
+	})
+	if err != nil {
+		return nil, fmt.Errorf("grpcmw: Metrics: %w", err)
+	}
+	cfg.tel = tel
 	if cfg.perKey != nil {
-		cfg.perKey.OnEvict = cfg.onEvict
+		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}
@@ -148,7 +157,8 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 		if p.streamErr != nil && cfg.perKey == nil && !cfg.unaryOnly {
 			return nil, p.streamErr
 		}
-		adapter.Watch(c, key, cfg.onChange)
+		adapter.Watch(c, key, cfg.tel.Watcher(key, cfg.onChange))
+		cfg.tel.Built(key, c)
 		return p, nil
 	})
 	if err != nil {
@@ -159,10 +169,11 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 }
 
 // chainFor returns the prepared chain for a call.
-func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientConn) (*prepared, error) {
+func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientConn) (*prepared, string, error) {
 	var key string
 	if cfg.source.PerKey() {
 		key = cfg.keyOf(ctx, method, cc)
 	}
-	return cfg.source.Get(key)
+	p, err := cfg.source.Get(key)
+	return p, key, err
 }

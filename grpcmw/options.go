@@ -1,8 +1,12 @@
 package grpcmw
 
 import (
+	"log/slog"
+
 	"context"
 	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/telemetry"
+	"go.opentelemetry.io/otel/metric"
 	"strings"
 	"time"
 
@@ -34,6 +38,9 @@ type config struct {
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
 	readyProbes      bool
+	meter            metric.MeterProvider
+	logger           *slog.Logger
+	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
 }
 
@@ -174,6 +181,29 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 // probe still ends at its attempt timeout or the caller's deadline.
 func ProbesWaitForReady(on bool) Option {
 	return optionFunc(func(c *config) { c.readyProbes = on })
+}
+
+// Metrics makes the interceptors report OpenTelemetry metrics to mp (see
+// docs/observability.md): unary calls by outcome, and, read when mp
+// collects, the state and counters of the chains' breakers, the timeouts'
+// values, the retries and the retry budgets, by key.
+func Metrics(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Metrics", mp == nil) {
+			c.meter = mp
+		}
+	})
+}
+
+// Logger makes the interceptors log to l: breaker state changes (an open
+// at Warn, others at Info), the lint's findings on each chain built for a
+// key, and evictions.
+func Logger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Logger", l == nil) {
+			c.logger = l
+		}
+	})
 }
 
 // OnEvict makes fn receive the key of every chain a keyed set ([PerMethod],

@@ -26,7 +26,7 @@ const (
 
 func (cfg *config) stream() grpc.StreamClientInterceptor {
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
-		p, err := cfg.chainFor(ctx, method, cc)
+		p, _, err := cfg.chainFor(ctx, method, cc)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
@@ -29,7 +30,7 @@ func Reply(ctx context.Context) any { return ctx.Value(replyKey{}) }
 
 func (cfg *config) unary() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		p, err := cfg.chainFor(ctx, method, cc)
+		p, key, err := cfg.chainFor(ctx, method, cc)
 		if err != nil {
 			return err
 		}
@@ -52,7 +53,11 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if p.fallback {
 			cctx = context.WithValue(ctx, replyKey{}, reply)
 		}
-		return toStatus(ctx, p.chain.Do(cctx, u.attempt), u.answer)
+		err = toStatus(ctx, p.chain.Do(cctx, u.attempt), u.answer)
+		if cfg.tel != nil {
+			cfg.tel.Call(ctx, key, method, telemetry.Classify(ctx, err))
+		}
+		return err
 	}
 }
 

@@ -2,6 +2,7 @@ package httpmw_test
 
 import (
 	"context"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"net/http"
 	"strings"
@@ -70,6 +71,12 @@ func BenchmarkTransport(b *testing.B) {
 		{"base-deadline", func(*testing.B) http.RoundTripper { return canned{} }, true},
 		{"callguard-no-timeout", func(b *testing.B) http.RoundTripper { return must(httpmw.New(canned{}, newChain(b, false))) }, false},
 		{"callguard", func(b *testing.B) http.RoundTripper { return must(httpmw.New(canned{}, newChain(b, true))) }, false},
+		// With metrics on, to an OpenTelemetry SDK meter provider (read by
+		// a manual reader: what is measured is the recording).
+		{"callguard-metrics", func(b *testing.B) http.RoundTripper {
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
+			return must(httpmw.New(canned{}, newChain(b, true), httpmw.Metrics(mp)))
+		}, false},
 		// The response counted when its headers arrive, not when its body
 		// is done with: what CountBodyErrors (on by default) costs.
 		{"callguard-headers-only", func(b *testing.B) http.RoundTripper {

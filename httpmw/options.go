@@ -1,7 +1,10 @@
 package httpmw
 
 import (
+	"log/slog"
+
 	"github.com/callguard/callguard/internal/adapter"
+	"go.opentelemetry.io/otel/metric"
 	"net/http"
 	"time"
 
@@ -29,6 +32,8 @@ type config struct {
 	judgeBody        bool
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
+	meter            metric.MeterProvider
+	logger           *slog.Logger
 }
 
 // Defaults of the options.
@@ -89,6 +94,29 @@ func OnEvict(fn func(key string)) Option {
 	return optionFunc(func(c *config) {
 		if c.Func("OnEvict", fn == nil) {
 			c.onEvict = fn
+		}
+	})
+}
+
+// Metrics makes the transport report OpenTelemetry metrics to mp (see
+// docs/observability.md): requests by outcome, and, read when mp
+// collects, the state and counters of the chains' breakers, the timeouts'
+// values, the retries and the retry budgets, by key.
+func Metrics(mp metric.MeterProvider) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Metrics", mp == nil) {
+			c.meter = mp
+		}
+	})
+}
+
+// Logger makes the transport log to l: breaker state changes (an open at
+// Warn, others at Info), the lint's findings on each chain built for a
+// key, and evictions.
+func Logger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Logger", l == nil) {
+			c.logger = l
 		}
 	})
 }

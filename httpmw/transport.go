@@ -3,6 +3,7 @@ package httpmw
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/keyed"
+	"github.com/callguard/callguard/internal/telemetry"
 )
 
 // Transport is an http.RoundTripper that sends each request through a
@@ -20,6 +22,7 @@ type Transport struct {
 	base   http.RoundTripper
 	cfg    *config
 	source keyed.Source[*prepared]
+	tel    *telemetry.T // nil without Metrics and Logger
 }
 
 // prepared is a chain as the transport runs it: what it derives from the
@@ -41,17 +44,26 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
 	}
-	if cfg.perKey != nil {
-		cfg.perKey.OnEvict = cfg.onEvict
+	t := &Transport{base: base, cfg: cfg}
+	tel, err := telemetry.New("httpmw", "server.address", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
+		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
+	})
+	if err != nil {
+		return nil, fmt.Errorf("httpmw: Metrics: %w", err)
 	}
-	src, err := keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
-		adapter.Watch(c, key, cfg.onChange)
+	t.tel = tel
+	if cfg.perKey != nil {
+		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
+	}
+	t.source, err = keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
+		adapter.Watch(c, key, tel.Watcher(key, cfg.onChange))
+		tel.Built(key, c)
 		return &prepared{chain: c, fallback: adapter.HasFallback(c)}, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Transport{base: base, cfg: cfg, source: src}, nil
+	return t, nil
 }
 
 // Breakers lists the breakers of the transport's chains, with their key in
@@ -148,6 +160,31 @@ var (
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.roundTrip(req)
+	if t.tel != nil {
+		t.count(req, resp, err)
+	}
+	return resp, err
+}
+
+// count counts a request that ended with resp, err.
+func (t *Transport) count(req *http.Request, resp *http.Response, err error) {
+	var key string
+	if t.source.PerKey() {
+		key = t.cfg.keyOf(req)
+	}
+	outcome := telemetry.Classify(req.Context(), err)
+	switch {
+	case err != nil:
+	case resp.Header.Get(BreakerHeader) == "open":
+		outcome = telemetry.Rejected
+	case t.cfg.failure(resp, nil):
+		outcome = telemetry.Failed
+	}
+	t.tel.Call(req.Context(), key, req.URL.Host, outcome)
+}
+
+func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	if t.cfg == nil {
 		closeBody(req)
 		return nil, errZeroTransport

@@ -50,17 +50,30 @@ func NewBudget(ratio, minPerSecond float64) (*Budget, error) {
 
 func (b *Budget) deposit() { b.calls.Add(1) }
 
+// level returns the tokens in the bucket now.
+func (b *Budget) level() float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.settle(time.Now())
+	return b.tokens
+}
+
+// settle adds the deposits and the time's tokens since the last settling;
+// b.mu held.
+func (b *Budget) settle(now time.Time) {
+	calls := b.calls.Load()
+	b.tokens += b.ratio*float64(calls-b.seenCalls) + b.perSecond*now.Sub(b.last).Seconds()
+	b.tokens = min(b.tokens, b.capacity)
+	b.seenCalls, b.last = calls, now
+}
+
 // withdraw takes a token for one retry, if there is one. Deposits are
 // settled here, lazily: they are all positive, so adding them up before
 // capping gives what capping each would.
 func (b *Budget) withdraw() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := time.Now()
-	calls := b.calls.Load()
-	b.tokens += b.ratio*float64(calls-b.seenCalls) + b.perSecond*now.Sub(b.last).Seconds()
-	b.tokens = min(b.tokens, b.capacity)
-	b.seenCalls, b.last = calls, now
+	b.settle(time.Now())
 	if b.tokens < 1 {
 		return false
 	}

@@ -24,9 +24,32 @@ func init() {
 // bridge.Retry): method values made once, so a chain calls them with no
 // allocation.
 func (p *Policy) bridged() bridge.Retry {
-	x := bridge.Retry{DoUntil: p.doUntil, Continue: p.cont, Waits: p.waits, Attempts: p.attempts, WhenOpen: p.whenOpen}
+	x := bridge.Retry{DoUntil: p.doUntil, Continue: p.cont, Waits: p.waits, Attempts: p.attempts, WhenOpen: p.whenOpen,
+		Retries: p.counts, BudgetTokens: p.budgetTokens}
 	if p.budget != nil {
 		x.Deposit = p.budget.deposit
 	}
 	return x
+}
+
+// counts returns the retries made and the calls given up on, by reason.
+func (p *Policy) counts() (uint64, map[string]uint64) {
+	if p.stats == nil {
+		return 0, nil
+	}
+	out := map[string]uint64{}
+	for r := ReasonAttempts; r <= ReasonOpen; r++ {
+		if n := p.stats.exhausted[r].Load(); n > 0 {
+			out[r.String()] = n
+		}
+	}
+	return p.stats.retries.Load(), out
+}
+
+// budgetTokens returns the budget's tokens now.
+func (p *Policy) budgetTokens() (float64, bool) {
+	if p.budget == nil {
+		return 0, false
+	}
+	return p.budget.level(), true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -42,6 +43,22 @@ type Policy struct {
 	maxPushback time.Duration
 	description string
 	x           bridge.Retry // what the chain knows of it (see hooks.go)
+	stats       *retryStats  // counted for metrics; nil in the zero Policy
+}
+
+// retryStats counts what a policy did, on failures only: a success costs
+// nothing.
+type retryStats struct {
+	retries   atomic.Uint64
+	exhausted [ReasonOpen + 1]atomic.Uint64 // by Reason
+}
+
+// exhausted counts e's reason, and returns e.
+func (p *Policy) exhausted(e *ExhaustedError) error {
+	if p.stats != nil && e.Reason >= 0 && int(e.Reason) < len(p.stats.exhausted) {
+		p.stats.exhausted[e.Reason].Add(1)
+	}
+	return e
 }
 
 // Option configures a [Policy].
@@ -190,6 +207,7 @@ func New(opts ...Option) (*Policy, error) {
 	p := new(Policy)
 	*p = c.Policy
 	p.description = fmt.Sprintf("retry(%d)", p.attempts)
+	p.stats = new(retryStats)
 	p.x = p.bridged()
 	return p, nil
 }
@@ -271,12 +289,12 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			return err
 		}
 		if attempt >= p.attempts {
-			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonAttempts}
+			return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonAttempts})
 		}
 		var wait time.Duration
 		if d, ok := pushback(err); ok {
 			if d < 0 || d > p.maxPushback {
-				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonPushback}
+				return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonPushback})
 			}
 			wait = d
 		} else {
@@ -300,7 +318,7 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 		// when open, wait until the breaker admits again.
 		if at := admitAt(err); at.After(now) && now.Add(wait).Before(at) {
 			if !p.whenOpen {
-				return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonOpen}
+				return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonOpen})
 			}
 			wait = at.Sub(now)
 		}
@@ -308,10 +326,13 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			deadline = dl
 		}
 		if !deadline.IsZero() && !now.Add(wait).Before(deadline) {
-			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonDeadline}
+			return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonDeadline})
 		}
 		if p.budget != nil && !p.budget.withdraw() {
-			return &ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonBudget}
+			return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonBudget})
+		}
+		if p.stats != nil {
+			p.stats.retries.Add(1)
 		}
 		if p.onRetry != nil {
 			p.onRetry(attempt, err, wait)
@@ -321,7 +342,7 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 			select {
 			case <-ctx.Done():
 				t.Stop()
-				return canceled(ctx, attempt, err)
+				return p.exhausted(canceled(ctx, attempt, err))
 			case <-t.C:
 			}
 		}

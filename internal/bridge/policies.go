@@ -80,6 +80,12 @@ type Retry struct {
 	// or pushback).
 	Waits    func() []time.Duration
 	Attempts int // counting the first call
+	// Retries returns the retries made since the policy was made, and the
+	// calls it gave up on, by reason ("attempts used up", …).
+	Retries func() (retries uint64, exhausted map[string]uint64)
+	// BudgetTokens returns the retry budget's tokens now (ok false without
+	// a budget).
+	BudgetTokens func() (tokens float64, ok bool)
 	// WhenOpen: the policy retries when a breaker rejects an attempt
 	// (retry.RetryWhenOpen).
 	WhenOpen bool

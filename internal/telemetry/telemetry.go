@@ -1,0 +1,268 @@
+// Package telemetry is the adapters' OpenTelemetry metrics and log/slog
+// events, through the OpenTelemetry metric API only: the application
+// brings the SDK (a MeterProvider) and the exporter.
+//
+// A call costs one counter add, with an attribute set made once per key,
+// target and outcome; everything else (breaker states and counters,
+// timeouts' values, retries, budgets) is read from counters the policies
+// keep anyway, when the SDK collects.
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ScopeName is the instrumentation scope of every instrument.
+const ScopeName = "github.com/callguard/callguard"
+
+// Outcome is how a call through an adapter ended, for the calls counter.
+type Outcome string
+
+const (
+	OK       Outcome = "ok"       // the downstream answered well
+	Failed   Outcome = "failed"   // the downstream failed, retries or not
+	Rejected Outcome = "rejected" // a breaker refused, or ended the retries
+	TimedOut Outcome = "timeout"  // a timeout of the chain ended it
+	Canceled Outcome = "canceled" // the caller canceled, or its deadline passed
+)
+
+// Classify returns the outcome of a call that returned err to a caller
+// whose context is ctx (err nil: ok).
+func Classify(ctx context.Context, err error) Outcome {
+	switch {
+	case err == nil:
+		return OK
+	case errors.Is(err, breaker.ErrOpen):
+		return Rejected
+	case timeout.Expired(err):
+		return TimedOut
+	case ctx.Err() != nil:
+		return Canceled
+	}
+	return Failed
+}
+
+// T is one adapter's telemetry. A nil *T does nothing, at no cost.
+type T struct {
+	pkg         string
+	targetAttr  string // "rpc.method" or "server.address"
+	calls       metric.Int64Counter
+	transitions metric.Int64Counter
+	evictions   metric.Int64Counter
+	log         *slog.Logger
+	reg         metric.Registration
+
+	mu   sync.RWMutex
+	sets map[callKey][]metric.AddOption // made once per key, target and outcome (a slice: Add's variadic argument, not made per call)
+}
+
+type callKey struct {
+	key, target string
+	outcome     Outcome
+}
+
+// New returns the telemetry of an adapter (pkg "grpcmw" or "httpmw"),
+// or nil when neither mp nor log is set. each walks the adapter's chains
+// by key, for the instruments read at collection.
+func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each func(fn func(key string, c *chain.Chain))) (*T, error) {
+	if mp == nil && log == nil {
+		return nil, nil
+	}
+	t := &T{pkg: pkg, targetAttr: targetAttr, log: log}
+	if mp == nil {
+		return t, nil
+	}
+	m := mp.Meter(ScopeName)
+	var err error
+	if t.calls, err = m.Int64Counter("callguard.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls through a callguard adapter, by outcome: ok, failed, rejected, timeout, canceled.")); err != nil {
+		return nil, err
+	}
+	if t.transitions, err = m.Int64Counter("callguard.breaker.transitions", metric.WithUnit("{transition}"),
+		metric.WithDescription("State changes of the breakers, by from and to state.")); err != nil {
+		return nil, err
+	}
+	if t.evictions, err = m.Int64Counter("callguard.keys.evictions", metric.WithUnit("{key}"),
+		metric.WithDescription("Keys a keyed set evicted to make room for a new one.")); err != nil {
+		return nil, err
+	}
+	state, err := m.Int64ObservableGauge("callguard.breaker.state",
+		metric.WithDescription("A breaker's state: 0 closed, 1 half-open, 2 open."))
+	if err != nil {
+		return nil, err
+	}
+	bcalls, err := m.Int64ObservableCounter("callguard.breaker.calls", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls a breaker admitted, by outcome: success, failure, neutral, slow."))
+	if err != nil {
+		return nil, err
+	}
+	rejections, err := m.Int64ObservableCounter("callguard.breaker.rejections", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls a breaker refused, by reason: open, probes (half-open quota used up)."))
+	if err != nil {
+		return nil, err
+	}
+	tvalue, err := m.Float64ObservableGauge("callguard.timeout.value", metric.WithUnit("s"),
+		metric.WithDescription("A timeout's value now: the fixed one, or an adaptive one's current value."))
+	if err != nil {
+		return nil, err
+	}
+	retries, err := m.Int64ObservableCounter("callguard.retry.retries", metric.WithUnit("{retry}"),
+		metric.WithDescription("Retries a retry policy made."))
+	if err != nil {
+		return nil, err
+	}
+	exhausted, err := m.Int64ObservableCounter("callguard.retry.exhausted", metric.WithUnit("{call}"),
+		metric.WithDescription("Calls a retry policy gave up on, by reason."))
+	if err != nil {
+		return nil, err
+	}
+	tokens, err := m.Float64ObservableGauge("callguard.retry.budget.tokens", metric.WithUnit("{token}"),
+		metric.WithDescription("Retries a retry budget allows now."))
+	if err != nil {
+		return nil, err
+	}
+	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		each(func(key string, c *chain.Chain) {
+			observe(o, key, c, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
+		})
+		return nil
+	}, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// observe reports the policies of chain c, key key.
+func observe(o metric.Observer, key string, c *chain.Chain, state, bcalls, rejections metric.Int64Observable,
+	tvalue metric.Float64Observable, retries, exhausted metric.Int64Observable, tokens metric.Float64Observable) {
+	keyAttr := attribute.String("callguard.key", key)
+	for i, p := range adapter.Flatten(c) {
+		policy := attribute.Int("callguard.policy.index", i)
+		switch v := p.(type) {
+		case *breaker.Breaker:
+			name := attribute.String("callguard.breaker.name", v.Settings().Name)
+			st := map[breaker.State]int64{breaker.StateClosed: 0, breaker.StateHalfOpen: 1, breaker.StateOpen: 2}[v.State()]
+			o.ObserveInt64(state, st, metric.WithAttributes(keyAttr, name, policy,
+				attribute.String("callguard.breaker.override", v.Override().String())))
+			cn := v.Counts()
+			for outcome, n := range map[string]uint64{"success": cn.Successes, "failure": cn.Failures, "neutral": cn.Neutral, "slow": cn.SlowUnanswered} {
+				o.ObserveInt64(bcalls, int64(n), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.outcome", outcome)))
+			}
+			o.ObserveInt64(rejections, int64(cn.RejectedOpen), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.reason", "open")))
+			o.ObserveInt64(rejections, int64(cn.RejectedProbes), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.reason", "probes")))
+		case *timeout.Policy:
+			o.ObserveFloat64(tvalue, v.Timeout().Seconds(), metric.WithAttributes(keyAttr, policy,
+				attribute.Bool("callguard.timeout.adaptive", bridge.TimeoutOf(v).Adaptive)))
+		case *retry.Policy:
+			x := bridge.RetryOf(v)
+			n, gaveUp := x.Retries()
+			o.ObserveInt64(retries, int64(n), metric.WithAttributes(keyAttr, policy))
+			for reason, m := range gaveUp {
+				o.ObserveInt64(exhausted, int64(m), metric.WithAttributes(keyAttr, policy, attribute.String("callguard.reason", reason)))
+			}
+			if level, ok := x.BudgetTokens(); ok {
+				o.ObserveFloat64(tokens, level, metric.WithAttributes(keyAttr, policy))
+			}
+		}
+	}
+}
+
+// Call counts a call of key to target (a method or a host) that ended
+// with outcome.
+func (t *T) Call(ctx context.Context, key, target string, outcome Outcome) {
+	if t == nil || t.calls == nil {
+		return
+	}
+	k := callKey{key, target, outcome}
+	t.mu.RLock()
+	opt, ok := t.sets[k]
+	t.mu.RUnlock()
+	if !ok {
+		opt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
+			attribute.String("callguard.key", key),
+			attribute.String(t.targetAttr, target),
+			attribute.String("callguard.outcome", string(outcome)),
+		))}
+		t.mu.Lock()
+		if t.sets == nil {
+			t.sets = map[callKey][]metric.AddOption{}
+		}
+		t.sets[k] = opt
+		t.mu.Unlock()
+	}
+	t.calls.Add(ctx, 1, opt...)
+}
+
+// Watcher returns the receiver of the state changes of key's breakers:
+// counted, and logged at Warn (open) or Info, with fn (the adapter's
+// OnStateChange, may be nil) called after.
+func (t *T) Watcher(key string, fn func(breaker.StateChange)) func(breaker.StateChange) {
+	if t == nil {
+		return fn
+	}
+	return func(sc breaker.StateChange) {
+		if t.transitions != nil {
+			t.transitions.Add(context.Background(), 1, metric.WithAttributes(
+				attribute.String("callguard.key", key), attribute.String("callguard.breaker.name", sc.Name),
+				attribute.String("callguard.from", sc.From.String()), attribute.String("callguard.to", sc.To.String())))
+		}
+		if t.log != nil {
+			level := slog.LevelInfo
+			if sc.To == breaker.StateOpen {
+				level = slog.LevelWarn
+			}
+			t.log.Log(context.Background(), level, "callguard: breaker "+sc.To.String(),
+				"adapter", t.pkg, "key", key, "breaker", sc.Name, "from", sc.From.String(), "to", sc.To.String())
+		}
+		if fn != nil {
+			fn(sc)
+		}
+	}
+}
+
+// Built logs the findings of the lint of a chain built for key: at Warn
+// for a warning, at Info for an info.
+func (t *T) Built(key string, c *chain.Chain) {
+	if t == nil || t.log == nil {
+		return
+	}
+	for _, f := range c.Findings() {
+		level := slog.LevelInfo
+		if f.Severity == chain.SeverityWarning {
+			level = slog.LevelWarn
+		}
+		t.log.Log(context.Background(), level, "callguard: lint "+f.Code, "adapter", t.pkg, "key", key, "chain", c.String(), "finding", f.Message)
+	}
+}
+
+// Evicted counts and logs the eviction of key, and calls fn (the
+// adapter's OnEvict, may be nil).
+func (t *T) Evicted(fn func(key string)) func(key string) {
+	if t == nil {
+		return fn
+	}
+	return func(key string) {
+		if t.evictions != nil {
+			t.evictions.Add(context.Background(), 1)
+		}
+		if t.log != nil {
+			t.log.Info("callguard: key evicted", "adapter", t.pkg, "key", key)
+		}
+		if fn != nil {
+			fn(key)
+		}
+	}
+}
