@@ -402,7 +402,7 @@ var healthCheckReq = &healthpb.HealthCheckRequest{}
 // grpcImpl starts a grpc-go server with the health service on a loopback
 // listener and a client with opts on top of the options every
 // implementation shares: insecure credentials, and grpc-go's own retry
-// disabled (grpcmw.DialOptions disables it; the other retrying
+// disabled (grpcmw's Interceptors.DialOptions disables it; the other retrying
 // implementations need it off as much, and plain gets it for equality).
 func grpcImpl(tb testing.TB, served *loopbackCounter, opts ...grpc.DialOption) (loopbackOp, func()) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")

@@ -66,15 +66,13 @@ func (b *Breaker) cutSlow(ctx context.Context, g *gen, start stamp) bool {
 	if b.m == nil || !b.m.timed || g == nil || g.state != StateClosed {
 		return false
 	}
-	dl, ok := ctx.Deadline()
-	now := time.Now()
-	if !ok || now.Before(dl) {
+	if !deadline.Passed(ctx) {
 		return false
 	}
 	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return false // canceled before the deadline came
 	}
-	return b.m.elapsed(start, now) > b.s.SlowCall
+	return b.m.elapsed(start, time.Now()) > b.s.SlowCall
 }
 
 // mark is how an error was marked by [Neutral], [Failure] or [NotFailure].

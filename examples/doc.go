@@ -1,4 +1,5 @@
 // Package examples wires callguard to other libraries (the OpenTelemetry
-// SDK and its Prometheus exporter), in a module of its own so that the
-// kit's go.mod keeps none of them. Its Examples run with go test.
+// SDK's Prometheus exporter), in a module of its own so that the kit's
+// go.mod does not require the exporter (the kit's tests use the SDK
+// itself, to read metrics back). Its Examples run with go test.
 package examples

@@ -46,8 +46,8 @@
 // not.
 //
 // grpc-go's own retry (from a service config) runs beneath all
-// interceptors, so its attempts multiply the chain's: [DialOptions] and
-// [Interceptors.DialOptions] add grpc.WithDisableRetry.
+// interceptors, so its attempts multiply the chain's:
+// [Interceptors.DialOptions] adds grpc.WithDisableRetry.
 //
 // # Errors
 //

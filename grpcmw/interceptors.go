@@ -90,19 +90,22 @@ func (i *Interceptors) Keys() KeyStats {
 	return KeyStats(i.cfg.source.Stats())
 }
 
-// KeyStats are the counts of a keyed set of chains. At most maxKeys chains are kept. A
-// new key that would exceed the bound evicts the least recently used key
-// whose breakers are all closed with no failure counted against them,
-// looking at the 8 least recently used at most, so that a call's cost
-// does not grow with the number of keys. A key with a breaker open,
-// half-open, or on its way to tripping is never evicted: an outage is never
-// forgotten (a rebuilt chain would start closed and send the downstream a
-// new round of failures). When none of those keys can go, the new
-// key is not kept: its calls run through one overflow chain, built with
-// the key "(overflow)" and shared by every such key, so that more failing
-// keys than the bound still trip a breaker; Breakers lists its breakers
-// under that key. Keep the bound above the number of keys that can fail
-// at once.
+// KeyStats are the counts of a keyed set of chains. At most maxKeys chains
+// are kept. A new key that would exceed the bound evicts the least recently
+// used key whose breakers are all closed with no failure counted against
+// them, looking at the 8 least recently used at most, so that a call's cost
+// does not grow with the number of keys. A key with a breaker open, half-open,
+// or on its way to tripping is not evicted: an outage is not forgotten
+// (a rebuilt chain would start closed and send the downstream a new round of
+// failures), until nobody has asked for the key in longer than twice its
+// breakers' longest open stay or window, and at least a minute: what they
+// know is stale by then, and a key a client stopped asking for after a
+// failure cannot hold its slot forever. When none of the keys looked at can
+// go, the new key is not kept: its calls run through one overflow chain,
+// built with the key "(overflow)" and shared by every such key, so that more
+// failing keys than the bound still trip a breaker; Breakers lists its
+// breakers under that key, and the metrics count its calls under it. Keep
+// the bound above the number of keys that can fail at once.
 type KeyStats struct {
 	Kept       int    // chains kept now (the overflow chain not counted)
 	Evicted    uint64 // chains evicted since the interceptors were made
@@ -174,6 +177,5 @@ func (cfg *config) chainFor(ctx context.Context, method string, cc *grpc.ClientC
 	if cfg.source.PerKey() {
 		key = cfg.keyOf(ctx, method, cc)
 	}
-	p, err := cfg.source.Get(key)
-	return p, key, err
+	return cfg.source.GetKey(key)
 }

@@ -178,7 +178,9 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 // reconnect backoff fails at once, though the server may be back, and the
 // breaker opens again for another stay: after a restart, the breaker
 // closed about a second later than over HTTP (docs/reliability.md). A
-// probe still ends at its attempt timeout or the caller's deadline.
+// probe still ends at its attempt timeout or the caller's deadline; one
+// with neither (a chain with no timeout, a caller with no deadline) does
+// not wait, as it would hold its slot for the whole outage.
 func ProbesWaitForReady(on bool) Option {
 	return optionFunc(func(c *config) { c.readyProbes = on })
 }

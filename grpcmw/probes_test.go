@@ -17,7 +17,7 @@ import (
 // TestProbesWaitForReady: an attempt made while the breaker is half-open
 // (a probe) carries grpc.WaitForReady(true), by default; other attempts,
 // and every attempt with ProbesWaitForReady(false), carry the caller's
-// options only. (The reconnect it pairs with, and what it changes after a
+// options only, and so does a probe with no deadline at all. (The reconnect it pairs with, and what it changes after a
 // restart, are measured in internal/reliability's TestKillAndRestart.)
 func TestProbesWaitForReady(t *testing.T) {
 	for _, on := range []bool{true, false} {
@@ -40,7 +40,9 @@ func TestProbesWaitForReady(t *testing.T) {
 				return nil
 			}
 			call := func() error {
-				return ic.Unary()(context.Background(), "/s/M", nil, nil, nil, invoker)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				return ic.Unary()(ctx, "/s/M", nil, nil, nil, invoker)
 			}
 			_ = call() // closed: fails, opens
 			time.Sleep(time.Second + time.Millisecond)
@@ -49,6 +51,18 @@ func TestProbesWaitForReady(t *testing.T) {
 				t.Fatal(err)
 			}
 			_ = call() // closed again
+			// A probe with no deadline does not wait.
+			_ = b.ForceOpen()
+			_ = b.Reset()
+			fail = true
+			_ = call()
+			time.Sleep(time.Second + time.Millisecond)
+			fail = false
+			_ = ic.Unary()(context.Background(), "/s/M", nil, nil, nil, invoker)
+			if len(waited) != 5 || waited[4] {
+				t.Errorf("a probe with no deadline: waited for ready %v, want false", waited[4:])
+			}
+			waited = waited[:3]
 			if want := []bool{false, on, false}; len(waited) != 3 || waited[0] != want[0] || waited[1] != want[1] || waited[2] != want[2] {
 				t.Errorf("ProbesWaitForReady(%t): attempts waited for ready %v, want %v", on, waited, want)
 			}

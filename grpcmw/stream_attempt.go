@@ -46,18 +46,13 @@ var errEOF = retry.Permanent(io.EOF)
 // lock (which would stop the bubble's clock) while the retry sleeps.
 func (s *stream) establish() error {
 	s.mu.Lock()
-	s.retrying = true
-	s.mu.Unlock()
-	var err error
-	if s.plan.retry == nil {
-		err = s.attempt(false, nil)
-	} else {
-		err = s.plan.retry.DoUntil(s.ctx, s.deadline, func(context.Context) error { return s.attempt(false, nil) })
-	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.retriedLocked()
-	return err
+	return s.unlockedRetry(func() error {
+		if s.plan.retry == nil {
+			return s.attempt(false, nil)
+		}
+		return s.plan.retry.DoUntil(s.ctx, s.deadline, func(context.Context) error { return s.attempt(false, nil) })
+	})
 }
 
 // retryLocked retries the stream after its attempt a failed with err
@@ -66,11 +61,9 @@ func (s *stream) establish() error {
 // the retry, taking it back before it returns.
 func (s *stream) retryLocked(a *attempt, err error, m any) error {
 	failed := s.failLocked(a, err, a.cs.Trailer(), true)
-	s.retrying = true
-	s.mu.Unlock()
-	err = s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attempt(true, m) })
-	s.mu.Lock()
-	s.retriedLocked()
+	err = s.unlockedRetry(func() error {
+		return s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attempt(true, m) })
+	})
 	switch {
 	case err == nil:
 		return nil
@@ -79,6 +72,21 @@ func (s *stream) retryLocked(a *attempt, err error, m any) error {
 	}
 	s.finishLocked(err)
 	return toStatus(s.ctx, err, s.answer)
+}
+
+// unlockedRetry runs retry, which must not hold s.mu (it waits), with the
+// stream marked retrying; called with s.mu held, it returns with s.mu held
+// and the retry ended, also if retry panics (a user's OnRetry, RetryIf or
+// Classify, or another interceptor's streamer): the panic goes on with the
+// lock held, as the caller's deferred unlock expects.
+func (s *stream) unlockedRetry(retry func() error) error {
+	s.retrying = true
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.retriedLocked()
+	}()
+	return retry()
 }
 
 // retriedLocked ends an establishment or a retry: a SendMsg waiting for it

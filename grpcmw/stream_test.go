@@ -968,3 +968,35 @@ func wantThreeOnSecondCall(t *testing.T, srv *testserver.GRPC, w healthpb.Health
 		t.Errorf("%d messages, then %v, after %d calls; want 3 messages on the 2nd call", n-1, err, srv.Received.Load())
 	}
 }
+
+// TestStreamRetryPanicKeepsTheLock: a panic during a stream's retry (here
+// in the retry's OnRetry) reaches the caller as a panic it can recover,
+// not a fatal "unlock of unlocked mutex", and the stream is not left
+// retrying.
+func TestStreamRetryPanicKeepsTheLock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := threeAttempts(retry.OnRetry(func(int, error, time.Duration) { panic("boom") }))
+		_, w, stop := watchFailingOnce(r)
+		defer stop()
+		func() {
+			defer func() {
+				if p := recover(); p != "boom" {
+					t.Errorf("recovered %v, want the OnRetry panic", p)
+				}
+			}()
+			_, _ = w.Recv()
+		}()
+		done := make(chan struct{})
+		go func() {
+			_ = w.CloseSend()
+			_, _ = w.Header()
+			close(done)
+		}()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Error("the stream's methods block after a panicking retry")
+		}
+	})
+}

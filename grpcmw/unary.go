@@ -86,7 +86,9 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 	u.attempts++
 	u.trailer = nil
 	opts := u.opts
-	if u.probe() {
+	if _, bounded := ctx.Deadline(); bounded && u.probe() {
+		// Only a probe with a deadline waits: one without would hold its
+		// slot for the whole outage.
 		opts = u.probeOptions()
 	}
 	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, opts...)

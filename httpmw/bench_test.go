@@ -30,7 +30,7 @@ func (canned) RoundTrip(req *http.Request) (*http.Response, error) {
 	}, nil
 }
 
-// BenchmarkTransport is one successful GET through NewTransport with an
+// BenchmarkTransport is one successful GET through a Transport with an
 // in-memory base, against the base alone (impl=base) and the base with a
 // 1 s context.WithTimeout per request (impl=base-deadline); impl=callguard
 // counts the response when its body is done with (CountBodyErrors, the

@@ -473,4 +473,12 @@ func TestZeroTransport(t *testing.T) {
 		t.Errorf("Breakers() = %v, want none", tr.Breakers())
 	}
 	tr.CloseIdleConnections()
+	var nilTr *httpmw.Transport
+	if nilTr.Breakers() != nil || nilTr.Keys() != (httpmw.KeyStats{}) {
+		t.Error("a nil *Transport reports breakers or keys")
+	}
+	nilTr.CloseIdleConnections()
+	if _, err := nilTr.RoundTrip(must(http.NewRequest(http.MethodGet, "http://callguard.test/", nil))); err == nil {
+		t.Error("a nil *Transport's RoundTrip succeeded")
+	}
 }

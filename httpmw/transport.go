@@ -69,7 +69,7 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 // Breakers lists the breakers of the transport's chains, with their key in
 // a keyed set ("" for the single chain), state and counters now, by key.
 func (t *Transport) Breakers() []breaker.Snapshot {
-	if t.cfg == nil {
+	if t == nil || t.cfg == nil {
 		return nil
 	}
 	return adapter.Snapshots(func(fn func(string, *chain.Chain)) {
@@ -80,25 +80,30 @@ func (t *Transport) Breakers() []breaker.Snapshot {
 // Keys returns the counts of the transport's keyed set ([PerHost],
 // [PerKey]); zero without one.
 func (t *Transport) Keys() KeyStats {
-	if t.cfg == nil {
+	if t == nil || t.cfg == nil {
 		return KeyStats{}
 	}
 	return KeyStats(t.source.Stats())
 }
 
-// KeyStats are the counts of a keyed set of chains. At most maxHosts (or maxKeys) chains are kept. A
-// new key that would exceed the bound evicts the least recently used key
-// whose breakers are all closed with no failure counted against them,
-// looking at the 8 least recently used at most, so that a request's cost
-// does not grow with the number of keys. A key with a breaker open,
-// half-open, or on its way to tripping is never evicted: an outage is never
-// forgotten (a rebuilt chain would start closed and send the downstream a
-// new round of failures), and a client that can choose host names cannot push open breakers out. When none of those keys can go, the new
-// key is not kept: its requests run through one overflow chain, built with
-// the key "(overflow)" and shared by every such key, so that more failing
-// keys than the bound still trip a breaker; Breakers lists its breakers
-// under that key. Keep the bound above the number of keys that can fail
-// at once.
+// KeyStats are the counts of a keyed set of chains. At most maxHosts (or
+// maxKeys) chains are kept. A new key that would exceed the bound evicts the
+// least recently used key whose breakers are all closed with no failure
+// counted against them, looking at the 8 least recently used at most, so
+// that a request's cost does not grow with the number of keys. A key with a
+// breaker open, half-open, or on its way to tripping is not evicted: an
+// outage is not forgotten (a rebuilt chain would start closed and send the
+// downstream a new round of failures), and a client that can choose host
+// names cannot push an open breaker out, until nobody has asked for the key
+// in longer than twice its breakers' longest open stay or window, and at
+// least a minute: what they know is stale by then, and a key a client
+// stopped asking for after a failure cannot hold its slot forever. When none
+// of the keys looked at can go, the new key is not kept: its requests run
+// through one overflow chain, built with the key "(overflow)" and shared by
+// every such key, so that more failing keys than the bound still trip a
+// breaker; Breakers lists its breakers under that key, and the metrics count
+// its requests under it. Keep the bound above the number of keys that can
+// fail at once.
 type KeyStats struct {
 	Kept       int    // chains kept now (the overflow chain not counted)
 	Evicted    uint64 // chains evicted since the transport was made
@@ -109,6 +114,9 @@ type KeyStats struct {
 // RoundTripper, if it has a CloseIdleConnections method (as
 // *http.Transport has); http.Client.CloseIdleConnections calls it.
 func (t *Transport) CloseIdleConnections() {
+	if t == nil {
+		return
+	}
 	if c, ok := t.base.(interface{ CloseIdleConnections() }); ok {
 		c.CloseIdleConnections()
 	}
@@ -160,22 +168,30 @@ var (
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.roundTrip(req)
+	if t == nil || t.cfg == nil {
+		closeBody(req)
+		return nil, errZeroTransport
+	}
+	p, key, err := t.chainFor(req)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	resp, err := t.roundTrip(req, p)
 	if t.tel != nil {
-		t.count(req, resp, err)
+		t.count(req, key, resp, err)
 	}
 	return resp, err
 }
 
-// count counts a request that ended with resp, err.
-func (t *Transport) count(req *http.Request, resp *http.Response, err error) {
-	var key string
-	if t.source.PerKey() {
-		key = t.cfg.keyOf(req)
-	}
+// count counts a request through the chain of key that ended with resp,
+// err.
+func (t *Transport) count(req *http.Request, key string, resp *http.Response, err error) {
 	outcome := telemetry.Classify(req.Context(), err)
 	switch {
 	case err != nil:
+	case resp == nil: // an OnOpen that answered nothing
+		outcome = telemetry.Rejected
 	case resp.Header.Get(BreakerHeader) == "open":
 		outcome = telemetry.Rejected
 	case t.cfg.failure(resp, nil):
@@ -184,16 +200,8 @@ func (t *Transport) count(req *http.Request, resp *http.Response, err error) {
 	t.tel.Call(req.Context(), key, req.URL.Host, outcome)
 }
 
-func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
-	if t.cfg == nil {
-		closeBody(req)
-		return nil, errZeroTransport
-	}
-	p, err := t.chainFor(req)
-	if err != nil {
-		closeBody(req)
-		return nil, err
-	}
+func (t *Transport) roundTrip(req *http.Request, p *prepared) (*http.Response, error) {
+	var err error
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
 	ctx := req.Context()
 	if p.fallback {
@@ -266,12 +274,12 @@ func (t *Transport) roundTrip(req *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
-func (t *Transport) chainFor(req *http.Request) (*prepared, error) {
+func (t *Transport) chainFor(req *http.Request) (*prepared, string, error) {
 	var key string
 	if t.source.PerKey() {
 		key = t.cfg.keyOf(req)
 	}
-	return t.source.Get(key)
+	return t.source.GetKey(key)
 }
 
 // StatusError is the error the chain's policies see for a failing status.

@@ -60,8 +60,8 @@ var (
 
 // Set by package chain.
 var (
-	// ChainDoDeferred runs call through c, a *chain.Chain, like its
-	// DoHolding, except that a breaker whose attempt succeeded hands its
+	// ChainDoDeferred runs call through c, a *chain.Chain, like
+	// ChainDoHolding, except that a breaker whose attempt succeeded hands its
 	// permit to set, a *deferred.Set, instead of reporting the success: the
 	// adapter reports the call's final outcome to them later (an HTTP
 	// response body read in full, or failing mid-read).

@@ -4,11 +4,11 @@
 //
 // Eviction never drops what is still protecting the downstream: when a new
 // key would exceed the bound, the least recently used key that is
-// evictable (for the adapters: every breaker of its chain closed, with no
-// failure counted against it) goes;
-// keys that are not (a breaker open, half-open or on its way to tripping)
-// are kept, so an outage
-// is never forgotten, and moved to the front. At most evictScan keys are
+// evictable goes (for the adapters: every breaker of its chain closed, with
+// no failure counted against it, or the key not asked for in a long while,
+// so that what its breakers know is stale: see Source); keys that are not
+// (a breaker open, half-open or on its way to tripping) are kept, so an
+// outage is never forgotten, and moved to the front. At most evictScan keys are
 // looked at per new key, so a call costs O(1) whatever the number of keys.
 // When none of them can go, the new key is not kept: it runs through the
 // overflow value, built once with the key Overflow and shared by every key
@@ -22,20 +22,26 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Overflow is the key the overflow value is built with.
 const Overflow = "(overflow)"
 
 // evictScan is how many of the least recently used keys a new key looks at
-// for one to evict.
-const evictScan = 8
+// for one to evict; after a scan that found none, new keys overflow
+// without one for noRoomFor.
+const (
+	evictScan = 8
+	noRoomFor = 10 * time.Millisecond
+)
 
 // Set maps keys to values built on first use. It is safe for concurrent
 // use.
 type Set[T any] struct {
 	build     func(key string) (T, error)
-	evictable func(T) bool
+	evictable func(v T, idle time.Duration) bool
+	start     time.Time // what entries' use times count from
 	max       int
 	onEvict   func(key string)
 
@@ -44,7 +50,8 @@ type Set[T any] struct {
 	lru      entry[T] // the ring's sentinel: lru.next is the most recently used
 	n        int      // entries kept
 	building map[string]*flight[T]
-	over     *flight[T] // the overflow value: built, or being built
+	over     *flight[T]    // the overflow value: built, or being built
+	noRoom   time.Duration // until then (since start), new keys overflow without a scan
 
 	evicted, overflowed atomic.Uint64
 }
@@ -54,6 +61,7 @@ type Set[T any] struct {
 type entry[T any] struct {
 	key        string
 	v          T
+	used       time.Duration // last Get, since the Set's start
 	prev, next *entry[T]
 }
 
@@ -83,8 +91,9 @@ type flight[T any] struct {
 
 // Options are a Set's optional parts.
 type Options[T any] struct {
-	// Evictable reports whether a value may be evicted (nil: always).
-	Evictable func(T) bool
+	// Evictable reports whether a value, not asked for since idle, may
+	// be evicted (nil: always).
+	Evictable func(v T, idle time.Duration) bool
 	// OnEvict is called with the key of each value evicted, with no lock
 	// held, on the goroutine of the call that evicted it.
 	OnEvict func(key string)
@@ -100,9 +109,9 @@ func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[
 		return nil, errors.New("the maximum number of keys must be >= 1")
 	}
 	if o.Evictable == nil {
-		o.Evictable = func(T) bool { return true }
+		o.Evictable = func(T, time.Duration) bool { return true }
 	}
-	k := &Set[T]{build: build, evictable: o.Evictable, max: max, onEvict: o.OnEvict,
+	k := &Set[T]{build: build, evictable: o.Evictable, start: time.Now(), max: max, onEvict: o.OnEvict,
 		m: make(map[string]*entry[T]), building: make(map[string]*flight[T])}
 	k.lru.prev, k.lru.next = &k.lru, &k.lru
 	return k, nil
@@ -112,24 +121,39 @@ func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[
 // ask for a key being built wait for that build. A new key that finds no
 // room (see the package documentation) gets the overflow value.
 func (k *Set[T]) Get(key string) (T, error) {
+	v, _, err := k.GetReporting(key)
+	return v, err
+}
+
+// GetReporting is Get, and reports whether key got the overflow value.
+func (k *Set[T]) GetReporting(key string) (T, bool, error) {
 	k.mu.Lock()
 	if e, ok := k.m[key]; ok {
 		k.moveToFront(e)
+		e.used = time.Since(k.start)
 		v := e.v
 		k.mu.Unlock()
-		return v, nil
+		return v, false, nil
 	}
 	if f, ok := k.building[key]; ok { // another caller is building it: wait
 		k.mu.Unlock()
 		<-f.done
-		return f.v, f.err
+		return f.v, false, f.err
 	}
 	var gone string
 	evicted := false
 	if k.n+len(k.building) >= k.max {
+		if time.Since(k.start) < k.noRoom {
+			v, err := k.overflowLocked() // unlocks
+			return v, true, err
+		}
 		gone, evicted = k.evictLocked()
 		if !evicted {
-			return k.overflowLocked() // unlocks
+			// Nothing could go: the next scan in 10 ms at the earliest, so
+			// that calls of overflowed keys do not each pay one.
+			k.noRoom = time.Since(k.start) + noRoomFor
+			v, err := k.overflowLocked() // unlocks
+			return v, true, err
 		}
 	}
 	f := &flight[T]{done: make(chan struct{}), err: errors.New("the chain builder panicked for key " + key)}
@@ -141,18 +165,19 @@ func (k *Set[T]) Get(key string) (T, error) {
 	defer k.land(key, f)   // also if build panics: the waiters get an error
 	v, err := k.build(key) // outside the lock: build may be slow
 	f.v, f.err = v, err
-	return v, err
+	return v, false, err
 }
 
 // evictLocked evicts the least recently used evictable value among the
 // last evictScan, moving those it passes over to the front; k.mu held.
 func (k *Set[T]) evictLocked() (key string, ok bool) {
+	now := time.Since(k.start)
 	for range evictScan {
 		e := k.lru.prev
 		if e == &k.lru {
 			return "", false
 		}
-		if !k.evictable(e.v) {
+		if !k.evictable(e.v, now-e.used) {
 			k.moveToFront(e)
 			continue
 		}
@@ -202,7 +227,7 @@ func (k *Set[T]) land(key string, f *flight[T]) {
 		f.v = zero
 		return
 	}
-	e := &entry[T]{key: key, v: f.v}
+	e := &entry[T]{key: key, v: f.v, used: time.Since(k.start)}
 	k.pushFront(e)
 	k.m[key] = e
 	k.n++

@@ -200,3 +200,29 @@ func TestOverflow(t *testing.T) {
 		t.Errorf("Each: %v, want %v", keys, want)
 	}
 }
+
+// TestStaleKeysGo: a key whose breaker is open but that nobody has asked
+// for in longer than its stale time (a minute, at least twice its open
+// stay) is evictable: a client that stops asking for keys after a failure
+// (junk host names) cannot hold the set's slots forever. Before that, new
+// keys overflow, and a scan that finds no room is not repeated for 10 ms.
+func TestStaleKeysGo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var evicted []string
+		s, builds := source(t, 2, &evicted)
+		for _, k := range []string{"junk1", "junk2"} {
+			c, _ := s.Get(k)
+			_ = c.Do(context.Background(), fail)
+		}
+		_, _ = s.Get("new1")
+		if st := s.Stats(); st.Overflowed != 1 || st.Evicted != 0 {
+			t.Fatalf("with both keys open: %+v, want new1 overflowed", st)
+		}
+		time.Sleep(time.Minute)
+		c, _ := s.Get("new2")
+		_ = c.Do(context.Background(), ok)
+		if st := s.Stats(); st.Evicted != 1 || st.Kept != 2 || builds["new2"] != 1 || len(evicted) != 1 || evicted[0] != "junk1" {
+			t.Errorf("after a minute unused: %+v, evicted %v, new2 built %d times; want junk1 evicted, new2 kept", st, evicted, builds["new2"])
+		}
+	})
+}

@@ -3,6 +3,8 @@ package keyed
 import (
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
@@ -20,13 +22,36 @@ type Source[T any] struct {
 // kept is a keyed value with its chain, whose breakers decide whether it
 // may be evicted.
 type kept[T any] struct {
-	v T
-	c *chain.Chain
+	v     T
+	c     *chain.Chain
+	stale time.Duration // idle this long, what its breakers know is stale
 }
 
-// clean reports that every breaker of the chain is closed with no failure
-// counted: evicting it forgets nothing about the downstream.
-func (k kept[T]) clean() bool {
+// staleAfter is how long a key must go unused before what its breakers
+// know is stale, whatever their state: twice the longest open stay or
+// window among them, and at least a minute. A key a client stopped asking
+// for after a failure (a junk host, say) is evictable then, and cannot
+// hold its slot forever.
+func staleAfter(c *chain.Chain) time.Duration {
+	d := time.Minute
+	for _, b := range adapter.Breakers(c) {
+		s := b.Settings()
+		for _, x := range []time.Duration{s.OpenTimeout, s.MaxOpenTimeout, s.Window} {
+			if x < math.MaxInt64/2 {
+				d = max(d, 2*x)
+			}
+		}
+	}
+	return d
+}
+
+// evictable reports that evicting k forgets nothing about the downstream:
+// every breaker of its chain is closed with no failure counted, or k has
+// not been asked for in longer than its stale time.
+func (k kept[T]) evictable(idle time.Duration) bool {
+	if idle >= k.stale {
+		return true
+	}
 	for _, b := range adapter.Breakers(k.c) {
 		if !bridge.BreakerClean(b) {
 			return false
@@ -91,8 +116,8 @@ func NewSource[T any](pkg string, single *chain.Chain, perKey *PerKeyOption, pre
 		if err != nil {
 			return kept[T]{}, err
 		}
-		return kept[T]{v: v, c: c}, nil
-	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].clean, OnEvict: perKey.OnEvict})
+		return kept[T]{v: v, c: c, stale: staleAfter(c)}, nil
+	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].evictable, OnEvict: perKey.OnEvict})
 	if err != nil {
 		return Source[T]{}, fmt.Errorf("%s: %s: %w", pkg, perKey.Name, err)
 	}
@@ -104,11 +129,21 @@ func (s Source[T]) PerKey() bool { return s.keyed != nil }
 
 // Get returns the prepared chain for key (ignored without per-key chains).
 func (s Source[T]) Get(key string) (T, error) {
+	v, _, err := s.GetKey(key)
+	return v, err
+}
+
+// GetKey is Get, and returns the key of the chain it returns: key, or
+// Overflow when key found no room.
+func (s Source[T]) GetKey(key string) (T, string, error) {
 	if s.keyed != nil {
-		k, err := s.keyed.Get(key)
-		return k.v, err
+		k, over, err := s.keyed.GetReporting(key)
+		if over {
+			key = Overflow
+		}
+		return k.v, key, err
 	}
-	return s.single, nil
+	return s.single, key, nil
 }
 
 // Each calls fn for the single chain (key "") or for every keyed chain

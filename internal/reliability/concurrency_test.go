@@ -2,7 +2,8 @@ package reliability
 
 import (
 	"context"
-	"fmt"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -58,7 +59,9 @@ func phase(n int, deadline time.Duration, call func(ctx context.Context) outcome
 // TestTenThousandCalls: 10,000 calls at once (2,000 under the race
 // detector) through each adapter, to a
 // healthy downstream and then to a failing one: every call is accounted
-// for (ok + failed + rejected = issued) and returns within its deadline;
+// for (the adapter's callguard.calls, by outcome, equals what the callers
+// got: ok + failed + rejected = issued), returns within its deadline, and
+// each phase ends within 30 s;
 // when the downstream fails the breaker holds its load near one attempt a
 // call instead of three; and afterwards goroutines and file descriptors are
 // back where they were.
@@ -72,6 +75,8 @@ func TestTenThousandCalls(t *testing.T) {
 		t.Run(proto, func(t *testing.T) {
 			before := snapshot(t)
 			var failing atomic.Bool
+			reader := sdkmetric.NewManualReader()
+			mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 			var received func() int64
 			var call func(ctx context.Context) outcome
 			var closeAll func()
@@ -84,7 +89,7 @@ func TestTenThousandCalls(t *testing.T) {
 					}
 					return testserver.GRPCAnswer{Delay: 10 * time.Millisecond}
 				}))
-				ic := must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent()))
+				ic := must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.Metrics(mp)))
 				conn := must(srv.Dial(ic.DialOptions()...))
 				client := healthpb.NewHealthClient(conn)
 				received = srv.Received.Load
@@ -101,7 +106,7 @@ func TestTenThousandCalls(t *testing.T) {
 					return testserver.HTTPAnswer{Delay: 10 * time.Millisecond, Body: "ok"}
 				})
 				base := &http.Transport{MaxConnsPerHost: 500, MaxIdleConnsPerHost: 500}
-				client := &http.Client{Transport: must(httpmw.New(base, c))}
+				client := &http.Client{Transport: must(httpmw.New(base, c, httpmw.Metrics(mp)))}
 				received = srv.Received.Load
 				call = func(ctx context.Context) outcome {
 					req := must(http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil))
@@ -109,6 +114,7 @@ func TestTenThousandCalls(t *testing.T) {
 				}
 				closeAll = func() { client.CloseIdleConnections(); srv.Close() }
 			}
+			var counted tally // by the adapter's callguard.calls, so far
 			for _, down := range []bool{false, true} {
 				failing.Store(down)
 				from := received()
@@ -118,8 +124,16 @@ func TestTenThousandCalls(t *testing.T) {
 				sent := received() - from
 				t.Logf("%s, downstream failing %t: %v in %v (longest call %v), %d requests reached the downstream",
 					proto, down, got, time.Since(start).Round(time.Millisecond), longest.Round(time.Millisecond), sent)
-				if got.total() != n {
-					t.Errorf("%d calls accounted for, want %d", got.total(), n)
+				// The adapter's own count of its calls, by outcome, must match
+				// what the callers got: none lost, none counted twice.
+				now := adapterCalls(t, reader)
+				phaseCounted := tally{now[ok] - counted[ok], now[failed] - counted[failed], now[rejected] - counted[rejected]}
+				counted = now
+				if got.total() != n || phaseCounted != got {
+					t.Errorf("the callers got %v (%d calls), the adapter counted %v; want %d calls, the same counts", got, got.total(), phaseCounted, n)
+				}
+				if took := time.Since(start); took > 30*time.Second {
+					t.Errorf("the phase took %v, want at most 30s", took)
 				}
 				if longest > deadline+slack {
 					t.Errorf("a call took %v, past its %v deadline", longest, deadline)
@@ -137,4 +151,33 @@ func TestTenThousandCalls(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
+// adapterCalls reads the adapter's callguard.calls counter, by outcome
+// (timeouts and cancellations count as failures, as the callers see them).
+func adapterCalls(t *testing.T, reader *sdkmetric.ManualReader) tally {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var out tally
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			sum, isSum := m.Data.(metricdata.Sum[int64])
+			if m.Name != "callguard.calls" || !isSum {
+				continue
+			}
+			for _, p := range sum.DataPoints {
+				v, _ := p.Attributes.Value("callguard.outcome")
+				switch v.AsString() {
+				case "ok":
+					out[ok] += int(p.Value)
+				case "rejected":
+					out[rejected] += int(p.Value)
+				default:
+					out[failed] += int(p.Value)
+				}
+			}
+		}
+	}
+	return out
+}

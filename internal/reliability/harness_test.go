@@ -1,7 +1,6 @@
 package reliability
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -15,7 +14,6 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
-	"google.golang.org/grpc/status"
 )
 
 func must[T any](v T, err error) T {
@@ -125,6 +123,3 @@ func memory() (heap, stacks uint64) {
 	metrics.Read(s)
 	return s[0].Value.Uint64(), s[1].Value.Uint64()
 }
-
-var _ = status.Code
-var _ = context.Background

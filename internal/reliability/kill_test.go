@@ -3,7 +3,6 @@ package reliability
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -129,6 +128,13 @@ func killAndRestart(t *testing.T, variant string) killRun {
 	before := snapshot(t)
 	proto := strings.SplitN(variant, "-", 2)[0]
 	d := startDownstream(t, proto, "127.0.0.1:0")
+	addr := d.addr // the restart listens here too; the callers read only this
+	var downstreamMu sync.Mutex
+	t.Cleanup(func() { // also when the test fails half-way
+		downstreamMu.Lock()
+		d.kill()
+		downstreamMu.Unlock()
+	})
 	var mu sync.Mutex
 	var transitions []breaker.StateChange
 	b := must(breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2,
@@ -151,7 +157,7 @@ func killAndRestart(t *testing.T, variant string) killRun {
 			opts = append(opts, grpcmw.ProbesWaitForReady(false))
 		}
 		ic := must(grpcmw.NewInterceptors(c, opts...))
-		conn := must(grpc.NewClient("passthrough:///"+d.addr, append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...))
+		conn := must(grpc.NewClient("passthrough:///"+addr, append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...))
 		client := healthpb.NewHealthClient(conn)
 		call = func(ctx context.Context) outcome {
 			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
@@ -162,7 +168,7 @@ func killAndRestart(t *testing.T, variant string) killRun {
 		base := &http.Transport{}
 		client := &http.Client{Transport: must(httpmw.New(base, c))}
 		call = func(ctx context.Context) outcome {
-			req := must(http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.addr+"/", nil))
+			req := must(http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil))
 			return classifyHTTP(client.Do(req))
 		}
 		closeClient = base.CloseIdleConnections
@@ -179,6 +185,8 @@ func killAndRestart(t *testing.T, variant string) killRun {
 	var results []result
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var stopOnce sync.Once
+	t.Cleanup(func() { stopOnce.Do(func() { close(stop) }); wg.Wait() })
 	for range 50 {
 		wg.Go(func() {
 			for {
@@ -202,13 +210,18 @@ func killAndRestart(t *testing.T, variant string) killRun {
 	killedAt = time.Now()
 	d.kill()
 	time.Sleep(2 * time.Second)
-	d = startDownstream(t, proto, d.addr)
+	restarted := startDownstream(t, proto, addr)
+	downstreamMu.Lock()
+	d = restarted
+	downstreamMu.Unlock()
 	restartedAt = time.Now() // listening again: the downstream is back
 	time.Sleep(7*time.Second - time.Since(start))
-	close(stop)
+	stopOnce.Do(func() { close(stop) })
 	wg.Wait()
 	closeClient()
+	downstreamMu.Lock()
 	d.kill()
+	downstreamMu.Unlock()
 
 	mu.Lock()
 	defer mu.Unlock()
@@ -240,5 +253,3 @@ func killAndRestart(t *testing.T, variant string) killRun {
 	before.back(t)
 	return r
 }
-
-var _ = fmt.Sprint

@@ -73,6 +73,10 @@ type callKey struct {
 	outcome     Outcome
 }
 
+// maxSets bounds the attribute sets of callguard.calls, hence its series:
+// past it, a new key or target is counted with the target "(other)".
+const maxSets = 4096
+
 // New returns the telemetry of an adapter (pkg "grpcmw" or "httpmw"),
 // or nil when neither mp nor log is set. each walks the adapter's chains
 // by key, for the instruments read at collection.
@@ -134,8 +138,9 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 		return nil, err
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		seen := map[chain.Policy]bool{} // a policy shared by keys' chains is reported once, under the first key
 		each(func(key string, c *chain.Chain) {
-			observe(o, key, c, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
+			observe(o, key, c, seen, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
 		})
 		return nil
 	}, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
@@ -145,11 +150,15 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 	return t, nil
 }
 
-// observe reports the policies of chain c, key key.
-func observe(o metric.Observer, key string, c *chain.Chain, state, bcalls, rejections metric.Int64Observable,
+// observe reports the policies of chain c, key key, that are not in seen.
+func observe(o metric.Observer, key string, c *chain.Chain, seen map[chain.Policy]bool, state, bcalls, rejections metric.Int64Observable,
 	tvalue metric.Float64Observable, retries, exhausted metric.Int64Observable, tokens metric.Float64Observable) {
 	keyAttr := attribute.String("callguard.key", key)
 	for i, p := range adapter.Flatten(c) {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
 		policy := attribute.Int("callguard.policy.index", i)
 		switch v := p.(type) {
 		case *breaker.Breaker:
@@ -189,7 +198,16 @@ func (t *T) Call(ctx context.Context, key, target string, outcome Outcome) {
 	k := callKey{key, target, outcome}
 	t.mu.RLock()
 	opt, ok := t.sets[k]
+	full := len(t.sets) >= maxSets
 	t.mu.RUnlock()
+	if !ok && full {
+		// Past the bound (hosts chosen by whoever sends requests, keys
+		// without end): no new series; the target is folded into "other".
+		k.target = "(other)"
+		t.mu.RLock()
+		opt, ok = t.sets[k]
+		t.mu.RUnlock()
+	}
 	if !ok {
 		opt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
 			attribute.String("callguard.key", key),
