@@ -81,6 +81,9 @@ func (b *Breaker) Override() Override {
 
 func (b *Breaker) override(o Override) error {
 	if b.m == nil {
+		if b.gb == nil {
+			return errZero
+		}
 		return ErrNoManualControl
 	}
 	b.m.mu.Lock()

@@ -154,7 +154,13 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}
 		if cfg.readyProbes {
-			p.breakers = adapter.Breakers(c)
+			// Native engines only: their state reads without a lock, and
+			// each attempt reads it.
+			for _, b := range adapter.Breakers(c) {
+				if b.Settings().Engine == breaker.EngineNative {
+					p.breakers = append(p.breakers, b)
+				}
+			}
 		}
 		p.plan, p.streamErr = planFor(c)
 		if p.streamErr != nil && cfg.perKey == nil && !cfg.unaryOnly {

@@ -63,6 +63,7 @@ type T struct {
 	evictions   metric.Int64Counter
 	log         *slog.Logger
 	reg         metric.Registration
+	logged      sync.Map // lint findings already logged, by code and message: once each, not once per key
 
 	mu   sync.RWMutex
 	sets map[callKey][]metric.AddOption // made once per key, target and outcome (a slice: Add's variadic argument, not made per call)
@@ -252,12 +253,16 @@ func (t *T) Watcher(key string, fn func(breaker.StateChange)) func(breaker.State
 }
 
 // Built logs the findings of the lint of a chain built for key: at Warn
-// for a warning, at Info for an info.
+// for a warning, at Info for an info; each finding once, with the first
+// key it was found for (per-key chains are usually alike).
 func (t *T) Built(key string, c *chain.Chain) {
 	if t == nil || t.log == nil {
 		return
 	}
 	for _, f := range c.Findings() {
+		if _, again := t.logged.LoadOrStore(f.Code+" "+f.Message, true); again {
+			continue // the same chain shape built for another key
+		}
 		level := slog.LevelInfo
 		if f.Severity == chain.SeverityWarning {
 			level = slog.LevelWarn
