@@ -3,9 +3,8 @@ package breaker
 import (
 	"time"
 
-	"github.com/sony/gobreaker/v2"
-
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/sony/gobreaker/v2"
 )
 
 func init() {

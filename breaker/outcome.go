@@ -3,8 +3,9 @@ package breaker
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/internal/deadline"
 	"time"
+
+	"github.com/callguard/callguard/internal/deadline"
 )
 
 // outcome is how one admitted call counts.

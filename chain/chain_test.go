@@ -3,8 +3,6 @@ package chain_test
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/internal/bridge"
-	"github.com/callguard/callguard/internal/hold"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,6 +11,8 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"go.uber.org/goleak"

@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -29,6 +28,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )

@@ -3,11 +3,11 @@ package fallback_test
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/internal/bridge"
 	"testing"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 var errDown = errors.New("down")

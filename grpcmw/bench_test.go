@@ -2,7 +2,6 @@ package grpcmw_test
 
 import (
 	"context"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"testing"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )

@@ -3,11 +3,11 @@ package grpcmw
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/internal/deadline"
 	"math"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/deadline"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"

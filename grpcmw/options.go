@@ -1,18 +1,17 @@
 package grpcmw
 
 import (
-	"log/slog"
-
 	"context"
-	"github.com/callguard/callguard/internal/adapter"
-	"github.com/callguard/callguard/internal/telemetry"
-	"go.opentelemetry.io/otel/metric"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/keyed"
+	"github.com/callguard/callguard/internal/telemetry"
+	"go.opentelemetry.io/otel/metric"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )

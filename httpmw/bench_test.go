@@ -2,7 +2,6 @@ package httpmw_test
 
 import (
 	"context"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"io"
 	"net/http"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // canned is a base RoundTripper that answers every request in memory with

@@ -2,15 +2,14 @@ package httpmw
 
 import (
 	"log/slog"
-
-	"github.com/callguard/callguard/internal/adapter"
-	"go.opentelemetry.io/otel/metric"
 	"net/http"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/keyed"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // Option configures a transport.

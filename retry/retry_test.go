@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"go.uber.org/goleak"
 )

@@ -78,13 +78,13 @@ func decodeTimeout(at, n *yaml.Node, path string) (*timeoutArgs, error) {
 	return a, nil
 }
 
-// decodeLatency reads the declared latency quantiles: a list of {q, latency}.
 // quantile is a point of the healthy latency: timeout.Latency's arguments.
 type quantile struct {
 	Q       float64
 	Latency time.Duration
 }
 
+// decodeLatency reads the declared latency quantiles: a list of {q, latency}.
 func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]quantile, error) {
 	items, err := list(n, path, "latency quantiles ({q: 0.99, latency: 200ms})")
 	if err != nil {

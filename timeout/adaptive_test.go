@@ -2,7 +2,6 @@ package timeout_test
 
 import (
 	"context"
-	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/timeout"
 )
 

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/callguard/callguard/internal/deadline"
 	"slices"
 	"time"
 
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/deadline"
 )
 
 // ErrTimeout matches every timeout of this package: errors.Is(err,

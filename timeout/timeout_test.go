@@ -3,13 +3,13 @@ package timeout_test
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/internal/bridge"
 	"math"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/timeout"
 	"go.uber.org/goleak"
 )

@@ -2,8 +2,6 @@ package reliability
 
 import (
 	"context"
-	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
-	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -13,6 +11,8 @@ import (
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/internal/testserver"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )

@@ -3,15 +3,16 @@ package scenario
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard/breaker"
-	"github.com/callguard/callguard/chain"
-	"github.com/callguard/callguard/retry"
-	"github.com/callguard/callguard/timeout"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
 )
 
 // The drivers of SEEDS C2 (a hung downstream), C3 (retrying into an open
