@@ -168,9 +168,9 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 	})
 }
 
-// ProbesWaitForReady says whether a unary call's attempt made while a
-// breaker of its chain is half-open (a probe) waits for the connection to
-// be ready (on by default): the attempt gets grpc.WaitForReady(true), and
+// ProbesWaitForReady says whether an attempt made while a breaker of its
+// chain is half-open (a probe: a unary call's attempt, or a stream's
+// creation) waits for the connection to be ready (on by default): the attempt gets grpc.WaitForReady(true), and
 // a connection in TRANSIENT_FAILURE is told to reconnect at once
 // (ClientConn.ResetConnectBackoff), once per probe, so at most once per
 // open stay. Without it, a probe made while grpc-go waits out its

@@ -69,3 +69,40 @@ func TestProbesWaitForReady(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamProbesWaitForReady: a stream created while its breaker is
+// half-open, under a deadline, is created with WaitForReady, as a unary
+// probe is; a stream created while it is closed is not.
+func TestStreamProbesWaitForReady(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Second, HalfOpenProbes: 1}))
+		ic := must(grpcmw.NewInterceptors(must(chain.New(b))))
+		var waited []bool
+		fail := true
+		streamer := func(ctx context.Context, _ *grpc.StreamDesc, _ *grpc.ClientConn, _ string, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			w := false
+			for _, o := range opts {
+				if ff, ok := o.(grpc.FailFastCallOption); ok && !ff.FailFast {
+					w = true
+				}
+			}
+			waited = append(waited, w)
+			if fail {
+				return nil, status.Error(codes.Unavailable, "down")
+			}
+			return &fakeStream{ctx: ctx}, nil
+		}
+		open := func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			_, _ = ic.Stream()(ctx, serverStreaming, nil, "/s/M", streamer)
+		}
+		open() // fails: opens
+		time.Sleep(time.Second + time.Millisecond)
+		fail = false
+		open() // the probe
+		if len(waited) != 2 || waited[0] || !waited[1] {
+			t.Errorf("streams waited for ready %v, want [false true]", waited)
+		}
+	})
+}

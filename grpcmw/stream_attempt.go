@@ -11,6 +11,7 @@ import (
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -121,6 +122,14 @@ func (s *stream) attempt(recv bool, m any) error {
 			go s.settle(a) // not inline: grpc-go may call this under s.mu, from this very attempt
 		}
 	}))
+	if _, bounded := a.ctx.Deadline(); bounded && s.cfg.readyProbes && halfOpen(s.plan.breakers) {
+		// A probe: it waits for a ready connection, as a unary probe does
+		// (see ProbesWaitForReady).
+		opts = append(opts, grpc.WaitForReady(true))
+		if s.cc != nil && s.cc.GetState() == connectivity.TransientFailure {
+			s.cc.ResetConnectBackoff()
+		}
+	}
 	cs, err := s.streamer(a.ctx, s.desc, s.cc, s.method, opts...)
 	s.mu.Lock()
 	if err != nil {

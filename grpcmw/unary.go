@@ -98,8 +98,13 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 
 // probe reports an attempt made while a breaker of the chain is half-open
 // (with ProbesWaitForReady): the breaker admitted it as a probe.
-func (u *unaryCall) probe() bool {
-	for _, b := range u.p.breakers {
+func (u *unaryCall) probe() bool { return halfOpen(u.p.breakers) }
+
+// halfOpen reports a breaker among bs that is half-open (for unary calls,
+// bs holds the chain's native breakers only, whose state reads without a
+// lock).
+func halfOpen(bs []*breaker.Breaker) bool {
+	for _, b := range bs {
 		if b.State() == breaker.StateHalfOpen {
 			return true
 		}
