@@ -82,3 +82,49 @@ func (b *Breaker) clean() bool {
 	}
 	return false
 }
+
+func init() {
+	bridge.BreakerOpenRemote = func(b any, until time.Time) bool {
+		bb, _ := b.(*Breaker)
+		return bb != nil && bb.m != nil && bb.m.remote(true, until)
+	}
+	bridge.BreakerCloseRemote = func(b any) bool {
+		bb, _ := b.(*Breaker)
+		return bb != nil && bb.m != nil && bb.m.remote(false, time.Time{})
+	}
+}
+
+// remote applies a change another instance made to a shared breaker: open
+// until until (a closed or half-open breaker opens; an open one stays open
+// at least until then), or close. A forced breaker is left alone. It
+// reports whether the breaker changed.
+func (m *machine) remote(open bool, until time.Time) bool {
+	m.mu.Lock()
+	now := time.Now()
+	g := m.advance(now)
+	changed := false
+	switch {
+	case g.manual != OverrideNone:
+	case open && !until.After(now):
+	case open && (g.state != StateOpen || until.After(g.expiry)):
+		from := g.state
+		ng := &gen{state: StateOpen, since: now, expiry: until, rej: &OpenError{Name: m.s.Name, Until: until.Add(1)}}
+		if from == StateOpen {
+			ng.since = g.since
+		} else {
+			m.b.opens.Add(1)
+			m.lastStay = until.Sub(now)
+		}
+		m.cur.Store(ng)
+		if from != StateOpen {
+			m.b.push(from, StateOpen, now)
+		}
+		changed = true
+	case !open && g.state != StateClosed:
+		m.set(StateClosed, now)
+		changed = true
+	}
+	m.mu.Unlock()
+	m.b.deliver()
+	return changed
+}

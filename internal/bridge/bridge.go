@@ -33,6 +33,13 @@ var (
 	// it under its lock, and evicts only such breakers.
 	BreakerClean func(b any) bool
 
+	// BreakerOpenRemote opens b, a native *breaker.Breaker, until until
+	// (or keeps it open at least until then), for a change another
+	// instance of a shared breaker made; BreakerCloseRemote closes it. A
+	// forced breaker is left alone. Both report whether b changed.
+	BreakerOpenRemote  func(b any, until time.Time) bool
+	BreakerCloseRemote func(b any) bool
+
 	// BreakerMarked reports whether err carries one of the breaker's
 	// marks (Neutral, Failure, NotFailure): an adapter or the chain has
 	// already decided how it counts.

@@ -1,0 +1,270 @@
+package shared_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/shared"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	"go.uber.org/goleak"
+)
+
+var errDown = errors.New("down")
+
+// fleetSettings: a breaker that trips at half of at least 40 calls failing
+// over 10 s, opens for a second, and probes 3 calls.
+func fleetSettings(onChange func(from, to breaker.State)) breaker.Settings {
+	return breaker.Settings{FailureRate: 0.5, MinCalls: 40, Window: 10 * time.Second, OpenTimeout: time.Second,
+		HalfOpenProbes: 3, HalfOpenSuccesses: 3, OnStateChange: onChange}
+}
+
+type fleetRun struct {
+	downstream    int64
+	firstOpen     time.Time
+	lastFirstOpen time.Time // the last instance's first open
+	probes        uint64    // over the fleet
+	rounds        int       // half-open rounds of the instance with the most
+}
+
+// runFleet runs 5 instances, each calling a downstream that always fails
+// 20 times a second for 5 s, with their breakers shared through srv or
+// not.
+func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
+	const instances = 5
+	var r fleetRun
+	var mu sync.Mutex
+	var downstream atomic.Int64
+	var wg sync.WaitGroup
+	bs := make([]*breaker.Breaker, instances)
+	halfOpens := make([]int, instances)
+	firstOpens := make([]time.Time, instances)
+	for i := range instances {
+		bs[i] = must(breaker.New(fleetSettings(func(_, to breaker.State) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case to == breaker.StateOpen && firstOpens[i].IsZero():
+				firstOpens[i] = time.Now()
+			case to == breaker.StateHalfOpen:
+				halfOpens[i]++
+			}
+		})))
+		if srv != nil {
+			sh := must(shared.Share(bs[i], shared.Options{Client: srv.client(t), Name: name}))
+			defer sh.Close()
+		}
+	}
+	end := time.Now().Add(5 * time.Second)
+	for i := range instances {
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				_ = bs[i].Do(context.Background(), func(context.Context) error { downstream.Add(1); return errDown })
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	r.downstream = downstream.Load()
+	for i := range instances {
+		r.probes += bs[i].Counts().Probes
+		r.rounds = max(r.rounds, halfOpens[i])
+		if f := firstOpens[i]; !f.IsZero() && (r.firstOpen.IsZero() || f.Before(r.firstOpen)) {
+			r.firstOpen = f
+		}
+		if f := firstOpens[i]; f.After(r.lastFirstOpen) {
+			r.lastFirstOpen = f
+		}
+	}
+	return r
+}
+
+// TestFleetLearnsOnce: five instances against a downstream that fails
+// every call. With local breakers only, each learns the outage on its own
+// (40 calls each) and probes on its own at every half-open; shared, the
+// fleet's counts trip all of them together, and one instance probes for
+// all: at most a quarter of the downstream calls, every instance open
+// within 100 ms of the first, and HalfOpenProbes probes a round for the
+// fleet.
+func TestFleetLearnsOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 s of real time against redis-server: not in -short")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv := startRedis(t, "")
+	local := runFleet(t, nil, "")
+	fleet := runFleet(t, srv, "catalog")
+	t.Logf("local breakers: %d downstream calls, %d probes; shared: %d calls, %d probes in %d rounds, all open %v after the first",
+		local.downstream, local.probes, fleet.downstream, fleet.probes, fleet.rounds, fleet.lastFirstOpen.Sub(fleet.firstOpen))
+	if fleet.downstream*4 > local.downstream {
+		t.Errorf("shared: %d downstream calls, local: %d; want at most a quarter", fleet.downstream, local.downstream)
+	}
+	if d := fleet.lastFirstOpen.Sub(fleet.firstOpen); fleet.firstOpen.IsZero() || d > 100*time.Millisecond {
+		t.Errorf("the last instance opened %v after the first, want within 100ms", d)
+	}
+	if fleet.rounds == 0 || fleet.probes > 3*uint64(fleet.rounds) {
+		t.Errorf("%d probes over the fleet in %d rounds, want at most 3 a round", fleet.probes, fleet.rounds)
+	}
+}
+
+// instance is one instance of a service: its breaker, shared through srv.
+type instance struct {
+	b  *breaker.Breaker
+	sh *shared.Shared
+}
+
+func newInstance(t *testing.T, srv *redisServer, name string, o shared.Options) instance {
+	t.Helper()
+	b := must(breaker.New(fleetSettings(nil)))
+	o.Client, o.Name = srv.client(t), name
+	sh := must(shared.Share(b, o))
+	t.Cleanup(func() { sh.Close() })
+	return instance{b, sh}
+}
+
+// calls makes n calls through in, failing or not, 5 ms apart.
+func (in instance) calls(n int, fail bool) {
+	for range n {
+		_ = in.b.Do(context.Background(), func(context.Context) error {
+			if fail {
+				return errDown
+			}
+			return nil
+		})
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitFor waits up to 2 s for cond.
+func waitFor(cond func() bool) bool {
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+// TestOneInstanceCannotOpenTheFleet: an instance whose own calls fail
+// (its network, say) trips and tells the others, and a message that says
+// open comes from nowhere; the others, whose calls succeed, see that the
+// fleet's counts do not support a trip, and stay closed.
+func TestOneInstanceCannotOpenTheFleet(t *testing.T) {
+	srv := startRedis(t, "")
+	a, b, c := newInstance(t, srv, "payments", shared.Options{}), newInstance(t, srv, "payments", shared.Options{}), newInstance(t, srv, "payments", shared.Options{})
+	var wg sync.WaitGroup
+	wg.Go(func() { b.calls(100, false) })
+	wg.Go(func() { c.calls(100, false) })
+	wg.Go(func() { a.calls(60, true) })
+	wg.Wait()
+	until := time.Now().Add(time.Minute).UnixNano()
+	_ = srv.client(t).Publish(context.Background(), "callguard:breaker:{payments}:changes", fmt.Sprintf("open %d intruder", until)).Err()
+	time.Sleep(300 * time.Millisecond)
+	if a.b.Counts().Opens == 0 || b.b.State() != breaker.StateClosed || c.b.State() != breaker.StateClosed {
+		t.Errorf("a opened %d times; b %v, c %v: want a open, b and c closed", a.b.Counts().Opens, b.b.State(), c.b.State())
+	}
+}
+
+// TestSharedStateSurvives: an instance that starts while the fleet's
+// breaker is open starts open; a breaker forced open, disabled or reset by
+// an operator on one instance is so on all.
+func TestSharedStateSurvives(t *testing.T) {
+	srv := startRedis(t, "")
+	a := newInstance(t, srv, "search", shared.Options{})
+	a.calls(45, true) // trips the fleet's rule alone: 45 of 45 calls failed
+	if !waitFor(func() bool { return a.b.State() == breaker.StateOpen }) {
+		t.Fatalf("a: %v after 45 failures, want open", a.b.State())
+	}
+	late := newInstance(t, srv, "search", shared.Options{})
+	if late.b.State() != breaker.StateOpen {
+		t.Errorf("an instance started while the fleet is open: %v, want open", late.b.State())
+	}
+	if err := a.sh.ForceOpen(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return late.b.Override() == breaker.OverrideOpen }) {
+		t.Errorf("after a ForceOpen elsewhere: override %v, want forced open", late.b.Override())
+	}
+	if err := a.sh.Disable(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return late.b.Override() == breaker.OverrideDisabled }) {
+		t.Errorf("after a Disable elsewhere: override %v, want disabled", late.b.Override())
+	}
+	if err := a.sh.Reset(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(func() bool { return late.b.Override() == breaker.OverrideNone && late.b.State() == breaker.StateClosed }) {
+		t.Errorf("after a Reset elsewhere: %v, override %v; want closed", late.b.State(), late.b.Override())
+	}
+}
+
+// TestRedisDown: Redis killed mid-run: no call waits on it (each takes
+// what the downstream takes), every instance says it is on its own, and
+// its local breaker still trips on its own failures; Redis back on the
+// same address: the instances say so, and a fleet-wide change reaches
+// them again.
+func TestRedisDown(t *testing.T) {
+	srv := startRedis(t, "")
+	var mu sync.Mutex
+	events := map[string][]error{}
+	opts := func(name string) shared.Options {
+		return shared.Options{OnDegraded: func(err error) { mu.Lock(); events[name] = append(events[name], err); mu.Unlock() }}
+	}
+	reader := sdkmetric.NewManualReader()
+	oa := opts("a")
+	oa.Metrics = sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	a, b := newInstance(t, srv, "stock", oa), newInstance(t, srv, "stock", opts("b"))
+	degraded := func() int64 {
+		var rm metricdata.ResourceMetrics
+		_ = reader.Collect(context.Background(), &rm)
+		for _, sm := range rm.ScopeMetrics {
+			for _, m := range sm.Metrics {
+				if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "callguard.shared.degraded" && len(g.DataPoints) == 1 {
+					return g.DataPoints[0].Value
+				}
+			}
+		}
+		return -1
+	}
+	if degraded() != 0 {
+		t.Errorf("callguard.shared.degraded = %d with Redis up, want 0", degraded())
+	}
+	srv.kill()
+	var longest time.Duration
+	for range 100 {
+		start := time.Now()
+		_ = b.b.Do(context.Background(), func(context.Context) error { return errDown })
+		longest = max(longest, time.Since(start))
+		time.Sleep(5 * time.Millisecond)
+	}
+	if !waitFor(func() bool { return a.sh.Degraded() && b.sh.Degraded() }) || b.b.State() != breaker.StateOpen || longest > 20*time.Millisecond {
+		t.Fatalf("Redis down: degraded %t, %t; b %v; longest call %v; want both degraded, b open on its own failures, no call waiting", a.sh.Degraded(), b.sh.Degraded(), b.b.State(), longest)
+	}
+	if degraded() != 1 {
+		t.Errorf("callguard.shared.degraded = %d with Redis down, want 1", degraded())
+	}
+	startRedis(t, srv.addr)
+	if !waitFor(func() bool { return !a.sh.Degraded() && !b.sh.Degraded() }) {
+		t.Fatalf("Redis back: degraded %t, %t; want neither", a.sh.Degraded(), b.sh.Degraded())
+	}
+	mu.Lock()
+	if len(events["a"]) != 2 || events["a"][0] == nil || events["a"][1] != nil {
+		t.Errorf("a's OnDegraded: %v, want an error then nil", events["a"])
+	}
+	mu.Unlock()
+	if !waitFor(func() bool {
+		_ = a.sh.ForceOpen(context.Background()) // until the subscription is back
+		return b.b.Override() == breaker.OverrideOpen
+	}) {
+		t.Errorf("after Redis came back, a ForceOpen on a: b's override %v, want forced", b.b.Override())
+	}
+}
