@@ -11,6 +11,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/shared"
+	"github.com/sony/gobreaker/v2"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"go.uber.org/goleak"
@@ -266,5 +267,48 @@ func TestRedisDown(t *testing.T) {
 		return b.b.Override() == breaker.OverrideOpen
 	}) {
 		t.Errorf("after Redis came back, a ForceOpen on a: b's override %v, want forced", b.b.Override())
+	}
+}
+
+// runGobreakerFleet runs the fleet of runFleet with gobreaker's
+// distributed breaker instead, configured to the same rule: it returns the
+// downstream calls, the calls made, and the mean time a call took.
+func runGobreakerFleet(t *testing.T, srv *redisServer) (downstream, calls int64, mean time.Duration) {
+	const instances = 5
+	var d, n, total atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(5 * time.Second)
+	for i := range instances {
+		g := must(shared.NewGobreaker(shared.GobreakerStore{Client: srv.client(t)}, gobreaker.Settings{
+			Name: "catalog-gobreaker", MaxRequests: 3, Interval: 10 * time.Second, BucketPeriod: time.Second, Timeout: time.Second,
+			ReadyToTrip: func(c gobreaker.Counts) bool { return c.Requests >= 40 && 2*c.TotalFailures >= c.Requests },
+		}))
+		_ = i
+		wg.Go(func() {
+			for time.Now().Before(end) {
+				start := time.Now()
+				_ = g.Do(context.Background(), func(context.Context) error { d.Add(1); return errDown })
+				total.Add(int64(time.Since(start)))
+				n.Add(1)
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	wg.Wait()
+	return d.Load(), n.Load(), time.Duration(total.Load() / max(n.Load(), 1))
+}
+
+// TestGobreakerDistributedBeside: gobreaker's own distributed breaker on
+// the fleet of TestFleetLearnsOnce, measured, not judged: it holds a Redis
+// lock for every call, so the fleet's calls run one at a time.
+func TestGobreakerDistributedBeside(t *testing.T) {
+	if testing.Short() {
+		t.Skip("5 s of real time against redis-server: not in -short")
+	}
+	srv := startRedis(t, "")
+	d, n, mean := runGobreakerFleet(t, srv)
+	t.Logf("gobreaker DistributedCircuitBreaker: %d downstream calls of %d calls made (callers meant 500), a call took %v on average", d, n, mean)
+	if n == 0 {
+		t.Error("no call made")
 	}
 }
