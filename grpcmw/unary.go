@@ -55,7 +55,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		}
 		err = toStatus(ctx, p.chain.Do(cctx, u.attempt), u.answer)
 		if cfg.tel != nil {
-			cfg.tel.Call(ctx, key, method, telemetry.Classify(ctx, err))
+			cfg.tel.Call(key, method, telemetry.Classify(ctx, err), u.attempts)
 		}
 		return err
 	}

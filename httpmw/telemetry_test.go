@@ -94,6 +94,11 @@ func TestMetricsAndLogs(t *testing.T) {
 			t.Errorf("callguard.calls{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
+	for outcome, want := range map[string]float64{"ok": 2, "failed": 3, "rejected": 0} { // the rejected call made none
+		if got := m["callguard.attempts"][set(key, host, attribute.String("callguard.outcome", outcome))]; got != want {
+			t.Errorf("callguard.attempts{outcome=%s} = %v, want %v", outcome, got, want)
+		}
+	}
 	name, idx := attribute.String("callguard.breaker.name", "catalog"), attribute.Int("callguard.policy.index", 1)
 	checks := []struct {
 		metric string

@@ -177,16 +177,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	resp, err := t.roundTrip(req, p)
+	var attempts int
+	resp, err := t.roundTrip(req, p, &attempts)
 	if t.tel != nil {
-		t.count(req, key, resp, err)
+		t.count(req, key, resp, err, attempts)
 	}
 	return resp, err
 }
 
 // count counts a request through the chain of key that ended with resp,
 // err.
-func (t *Transport) count(req *http.Request, key string, resp *http.Response, err error) {
+func (t *Transport) count(req *http.Request, key string, resp *http.Response, err error, attempts int) {
 	outcome := telemetry.Classify(req.Context(), err)
 	switch {
 	case err != nil:
@@ -197,10 +198,10 @@ func (t *Transport) count(req *http.Request, key string, resp *http.Response, er
 	case t.cfg.failure(resp, nil):
 		outcome = telemetry.Failed
 	}
-	t.tel.Call(req.Context(), key, req.URL.Host, outcome)
+	t.tel.Call(key, req.URL.Host, outcome, attempts)
 }
 
-func (t *Transport) roundTrip(req *http.Request, p *prepared) (*http.Response, error) {
+func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*http.Response, error) {
 	var err error
 	x := &exchange{t: t, req: req, mayRetry: t.retryable(req)}
 	ctx := req.Context()
@@ -217,6 +218,7 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared) (*http.Response, e
 	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
 	defer x.mu.Unlock()
 	x.over = true
+	*attempts = x.attempts
 	if x.attempts == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
@@ -58,7 +59,8 @@ func Classify(ctx context.Context, err error) Outcome {
 type T struct {
 	pkg         string
 	targetAttr  string // "rpc.method" or "server.address"
-	calls       metric.Int64Counter
+	calls       metric.Int64ObservableCounter
+	attempts    metric.Int64ObservableCounter
 	transitions metric.Int64Counter
 	evictions   metric.Int64Counter
 	log         *slog.Logger
@@ -66,12 +68,21 @@ type T struct {
 	logged      sync.Map // lint findings already logged, by code and message: once each, not once per key
 
 	mu   sync.RWMutex
-	sets map[callKey][]metric.AddOption // made once per key, target and outcome (a slice: Add's variadic argument, not made per call)
+	sets map[callKey]*callCount // made once per key, target and outcome
 }
 
 type callKey struct {
 	key, target string
 	outcome     Outcome
+}
+
+// callCount is the count of calls of one key, target and outcome: a call
+// adds to it atomically, and the SDK reads it when it collects (an SDK's
+// Add, with its attribute lookup, costs several times what a call through
+// the chain does).
+type callCount struct {
+	n, attempts atomic.Int64
+	attrs       metric.ObserveOption
 }
 
 // maxSets bounds the attribute sets of callguard.calls, hence its series:
@@ -91,8 +102,12 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 	}
 	m := mp.Meter(ScopeName)
 	var err error
-	if t.calls, err = m.Int64Counter("callguard.calls", metric.WithUnit("{call}"),
+	if t.calls, err = m.Int64ObservableCounter("callguard.calls", metric.WithUnit("{call}"),
 		metric.WithDescription("Calls through a callguard adapter, by outcome: ok, failed, rejected, timeout, canceled.")); err != nil {
+		return nil, err
+	}
+	if t.attempts, err = m.Int64ObservableCounter("callguard.attempts", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Attempts the calls through a callguard adapter made (retries included), by the call's outcome.")); err != nil {
 		return nil, err
 	}
 	if t.transitions, err = m.Int64Counter("callguard.breaker.transitions", metric.WithUnit("{transition}"),
@@ -143,8 +158,14 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 		each(func(key string, c *chain.Chain) {
 			observe(o, key, c, seen, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
 		})
+		t.mu.RLock()
+		for _, c := range t.sets {
+			o.ObserveInt64(t.calls, c.n.Load(), c.attrs)
+			o.ObserveInt64(t.attempts, c.attempts.Load(), c.attrs)
+		}
+		t.mu.RUnlock()
 		return nil
-	}, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
+	}, t.calls, t.attempts, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
 	if err != nil {
 		return nil, err
 	}
@@ -191,8 +212,8 @@ func observe(o metric.Observer, key string, c *chain.Chain, seen map[chain.Polic
 }
 
 // Call counts a call of key to target (a method or a host) that ended
-// with outcome.
-func (t *T) Call(ctx context.Context, key, target string, outcome Outcome) {
+// with outcome after attempts attempts.
+func (t *T) Call(key, target string, outcome Outcome, attempts int) {
 	if t == nil || t.calls == nil {
 		return
 	}
@@ -210,19 +231,22 @@ func (t *T) Call(ctx context.Context, key, target string, outcome Outcome) {
 		t.mu.RUnlock()
 	}
 	if !ok {
-		opt = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(
-			attribute.String("callguard.key", key),
-			attribute.String(t.targetAttr, target),
-			attribute.String("callguard.outcome", string(outcome)),
-		))}
 		t.mu.Lock()
-		if t.sets == nil {
-			t.sets = map[callKey][]metric.AddOption{}
+		if opt, ok = t.sets[k]; !ok {
+			opt = &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(
+				attribute.String("callguard.key", k.key),
+				attribute.String(t.targetAttr, k.target),
+				attribute.String("callguard.outcome", string(outcome)),
+			))}
+			if t.sets == nil {
+				t.sets = map[callKey]*callCount{}
+			}
+			t.sets[k] = opt
 		}
-		t.sets[k] = opt
 		t.mu.Unlock()
 	}
-	t.calls.Add(ctx, 1, opt...)
+	opt.n.Add(1)
+	opt.attempts.Add(int64(attempts))
 }
 
 // Watcher returns the receiver of the state changes of key's breakers:
