@@ -95,20 +95,23 @@ func init() {
 }
 
 // remote applies a change another instance made to a shared breaker: open
-// until until (a closed or half-open breaker opens; an open one stays open
-// at least until then), or close. A forced breaker is left alone. It
-// reports whether the breaker changed.
+// until until, the first instant it admits a call again (a closed or
+// half-open breaker opens; an open one stays open at least until then,
+// and BreakerOpenUntil then reads until back), or close. A forced or
+// disabled breaker is left alone. It reports whether the breaker's state
+// or stay changed.
 func (m *machine) remote(open bool, until time.Time) bool {
 	m.mu.Lock()
 	now := time.Now()
 	g := m.advance(now)
+	expiry := until.Add(-1) // it leaves open strictly after its expiry
 	changed := false
 	switch {
 	case g.manual != OverrideNone:
 	case open && !until.After(now):
-	case open && (g.state != StateOpen || until.After(g.expiry)):
+	case open && (g.state != StateOpen || expiry.After(g.expiry)):
 		from := g.state
-		ng := &gen{state: StateOpen, since: now, expiry: until, rej: &OpenError{Name: m.s.Name, Until: until.Add(1)}}
+		ng := &gen{state: StateOpen, since: now, expiry: expiry, rej: &OpenError{Name: m.s.Name, Until: until}}
 		if from == StateOpen {
 			ng.since = g.since
 		} else {
@@ -122,6 +125,7 @@ func (m *machine) remote(open bool, until time.Time) bool {
 		changed = true
 	case !open && g.state != StateClosed:
 		m.set(StateClosed, now)
+		m.closedAt = now // closed now, not at the end of a stay it cut short
 		changed = true
 	}
 	m.mu.Unlock()

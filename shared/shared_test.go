@@ -31,7 +31,7 @@ type fleetRun struct {
 	firstOpen     time.Time
 	lastFirstOpen time.Time // the last instance's first open
 	probes        uint64    // over the fleet
-	rounds        int       // half-open rounds of the instance with the most
+	rounds        int       // half-open rounds of the fleet
 }
 
 // runFleet runs 5 instances, each calling a downstream that always fails
@@ -44,7 +44,7 @@ func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
 	var downstream atomic.Int64
 	var wg sync.WaitGroup
 	bs := make([]*breaker.Breaker, instances)
-	halfOpens := make([]int, instances)
+	var halfOpens []time.Time // every instance's, in order
 	firstOpens := make([]time.Time, instances)
 	for i := range instances {
 		bs[i] = must(breaker.New(fleetSettings(func(_, to breaker.State) {
@@ -54,7 +54,7 @@ func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
 			case to == breaker.StateOpen && firstOpens[i].IsZero():
 				firstOpens[i] = time.Now()
 			case to == breaker.StateHalfOpen:
-				halfOpens[i]++
+				halfOpens = append(halfOpens, time.Now())
 			}
 		})))
 		if srv != nil {
@@ -75,9 +75,18 @@ func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
 	mu.Lock()
 	defer mu.Unlock()
 	r.downstream = downstream.Load()
+	// A round is the half-opens within 300 ms of the round's first (the
+	// stays are a second): more than one instance probing in a round
+	// shows as more probes than rounds allow.
+	var roundStart time.Time
+	for _, h := range halfOpens {
+		if roundStart.IsZero() || h.Sub(roundStart) > 300*time.Millisecond {
+			r.rounds++
+			roundStart = h
+		}
+	}
 	for i := range instances {
 		r.probes += bs[i].Counts().Probes
-		r.rounds = max(r.rounds, halfOpens[i])
 		if f := firstOpens[i]; !f.IsZero() && (r.firstOpen.IsZero() || f.Before(r.firstOpen)) {
 			r.firstOpen = f
 		}
@@ -124,7 +133,12 @@ type instance struct {
 
 func newInstance(t *testing.T, srv *redisServer, name string, o shared.Options) instance {
 	t.Helper()
-	b := must(breaker.New(fleetSettings(nil)))
+	start := time.Now()
+	b := must(breaker.New(fleetSettings(func(from, to breaker.State) {
+		if testing.Verbose() {
+			t.Logf("%v %v→%v", time.Since(start).Round(time.Millisecond), from, to)
+		}
+	})))
 	o.Client, o.Name = srv.client(t), name
 	sh := must(shared.Share(b, o))
 	t.Cleanup(func() { sh.Close() })
@@ -184,6 +198,7 @@ func TestSharedStateSurvives(t *testing.T) {
 	if !waitFor(func() bool { return a.b.State() == breaker.StateOpen }) {
 		t.Fatalf("a: %v after 45 failures, want open", a.b.State())
 	}
+	time.Sleep(250 * time.Millisecond) // a's counts in Redis: the fleet's, which a trip is checked against
 	late := newInstance(t, srv, "search", shared.Options{})
 	if late.b.State() != breaker.StateOpen {
 		t.Errorf("an instance started while the fleet is open: %v, want open", late.b.State())
@@ -310,5 +325,62 @@ func TestGobreakerDistributedBeside(t *testing.T) {
 	t.Logf("gobreaker DistributedCircuitBreaker: %d downstream calls of %d calls made (callers meant 500), a call took %v on average", d, n, mean)
 	if n == 0 {
 		t.Error("no call made")
+	}
+}
+
+// TestRecoveryHolds: after the fleet trips and the downstream recovers,
+// the round's probes close every instance, and the fleet stays closed:
+// the outage's failures, still in the window's buckets, do not trip it
+// again (a close clears them).
+func TestRecoveryHolds(t *testing.T) {
+	srv := startRedis(t, "")
+	ins := []instance{newInstance(t, srv, "cart", shared.Options{}), newInstance(t, srv, "cart", shared.Options{}), newInstance(t, srv, "cart", shared.Options{})}
+	var down atomic.Bool
+	down.Store(true)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, in := range ins {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_ = in.b.Do(context.Background(), func(context.Context) error {
+					if down.Load() {
+						return errDown
+					}
+					return nil
+				})
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+	defer func() { close(stop); wg.Wait() }()
+	allIn := func(st breaker.State) bool {
+		for _, in := range ins {
+			if in.b.State() != st {
+				return false
+			}
+		}
+		return true
+	}
+	if !waitFor(func() bool { return allIn(breaker.StateOpen) }) {
+		t.Fatal("the fleet did not open")
+	}
+	down.Store(false)
+	if !waitFor(func() bool { return allIn(breaker.StateClosed) }) {
+		t.Fatalf("the fleet did not close after the downstream recovered: %v, %v, %v", ins[0].b.State(), ins[1].b.State(), ins[2].b.State())
+	}
+	opens := make([]uint64, len(ins))
+	for i, in := range ins {
+		opens[i] = in.b.Counts().Opens
+	}
+	time.Sleep(time.Second)
+	for i, in := range ins {
+		if in.b.State() != breaker.StateClosed || in.b.Counts().Opens != opens[i] {
+			t.Errorf("instance %d a second after the close: %v, %d opens (had %d); want closed, no new open", i, in.b.State(), in.b.Counts().Opens, opens[i])
+		}
 	}
 }
