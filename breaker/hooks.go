@@ -14,12 +14,13 @@ func init() {
 		}
 		return time.Time{}
 	}
-	bridge.BreakerWatch = func(b any, key string, fn any) {
+	bridge.BreakerWatch = func(b any, key string, fn any) func() {
 		bb, _ := b.(*Breaker)
 		f, _ := fn.(func(StateChange))
 		if bb != nil && f != nil {
-			bb.watch(key, f)
+			return bb.watch(key, f)
 		}
+		return func() {}
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
 	bridge.BreakerClean = func(b any) bool {
@@ -31,16 +32,17 @@ func init() {
 // watch adds fn to the receivers of the breaker's state changes, under
 // key: see notifier. A breaker made by FromGobreaker reports its changes
 // to its own OnStateChange only: its watchers receive nothing.
-func (b *Breaker) watch(key string, fn func(StateChange)) {
+func (b *Breaker) watch(key string, fn func(StateChange)) (unwatch func()) {
 	if b.adapted {
-		return
+		return func() {}
 	}
 	n := b.note.Load()
 	if n == nil {
 		b.note.CompareAndSwap(nil, &notifier{name: b.s.Name})
 		n = b.note.Load()
 	}
-	n.watch(key, fn)
+	id := n.watch(key, fn)
+	return func() { n.unwatch(id) }
 }
 
 // openUntil returns the first instant at which the breaker admits a call
@@ -92,6 +94,30 @@ func init() {
 		bb, _ := b.(*Breaker)
 		return bb != nil && bb.m != nil && bb.m.remote(false, time.Time{})
 	}
+	bridge.BreakerTrip = func(b any) time.Time {
+		bb, _ := b.(*Breaker)
+		if bb == nil || bb.m == nil {
+			return time.Time{}
+		}
+		return bb.m.trip()
+	}
+}
+
+// trip opens a closed breaker as its own rules would (the open stay
+// growing with MaxOpenTimeout), for a shared breaker whose fleet's counts
+// met its rule, and returns when it admits calls again (zero if it was not
+// closed, or is forced or disabled).
+func (m *machine) trip() time.Time {
+	m.mu.Lock()
+	now := time.Now()
+	g := m.advance(now)
+	var until time.Time
+	if g.state == StateClosed && g.manual == OverrideNone {
+		until = m.set(StateOpen, now).expiry.Add(1)
+	}
+	m.mu.Unlock()
+	m.b.deliver()
+	return until
 }
 
 // remote applies a change another instance made to a shared breaker: open

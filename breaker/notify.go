@@ -38,6 +38,7 @@ type notifier struct {
 
 	mu       sync.Mutex
 	watchers []watcher // replaced, never modified in place
+	ids      uint64    // the last watcher's id
 	q        []transition
 	next     int // the receiver of q[0] to call next: 0 for fn, i+1 for watchers[i]
 	draining bool
@@ -46,6 +47,7 @@ type notifier struct {
 type watcher struct {
 	key string
 	fn  func(StateChange)
+	id  uint64
 }
 
 type transition struct {
@@ -55,14 +57,31 @@ type transition struct {
 
 // watch adds a receiver of the state changes from now on. A nil fn is
 // ignored.
-func (n *notifier) watch(key string, fn func(StateChange)) {
+func (n *notifier) watch(key string, fn func(StateChange)) (id uint64) {
 	if fn == nil {
-		return
+		return 0
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.watchers = append(n.watchers[:len(n.watchers):len(n.watchers)], watcher{key, fn})
+	n.ids++
+	n.watchers = append(n.watchers[:len(n.watchers):len(n.watchers)], watcher{key, fn, n.ids})
 	n.active.Store(true)
+	return n.ids
+}
+
+// unwatch stops the receiver watch returned id for: its slot stays (a
+// drain in progress counts on the positions), with a receiver that does
+// nothing, so that what the old one held can go.
+func (n *notifier) unwatch(id uint64) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ws := append([]watcher(nil), n.watchers...)
+	for i := range ws {
+		if ws[i].id == id && id != 0 {
+			ws[i] = watcher{key: ws[i].key, fn: func(StateChange) {}}
+		}
+	}
+	n.watchers = ws
 }
 
 // push queues a transition that happened at at. Callers may hold the

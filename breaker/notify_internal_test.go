@@ -249,3 +249,20 @@ func TestBridgeHooksBadArguments(t *testing.T) {
 		t.Errorf("BreakerOpenUntil(nil) = %v, want the zero time", until)
 	}
 }
+
+// TestUnwatch: a receiver removed by the function watch returned is not
+// called again; the others are.
+func TestUnwatch(t *testing.T) {
+	b, err := New(Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gone, kept int
+	unwatch := b.watch("a", func(StateChange) { gone++ })
+	b.watch("b", func(StateChange) { kept++ })
+	unwatch()
+	_ = b.Do(context.Background(), func(context.Context) error { return errDownstream })
+	if gone != 0 || kept != 1 {
+		t.Errorf("removed receiver called %d times, kept one %d; want 0 and 1", gone, kept)
+	}
+}

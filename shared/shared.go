@@ -88,6 +88,7 @@ type Shared struct {
 	degraded atomic.Bool
 
 	reg     metric.Registration // the degraded gauge's callback
+	unwatch func()              // removes the receiver of the breaker's changes
 	changes chan breaker.StateChange
 	stop    context.CancelFunc
 	done    chan struct{}
@@ -102,7 +103,8 @@ type Shared struct {
 // Share shares b, a breaker made by breaker.New with the native engine,
 // through Redis, until Close. It reads the fleet's state first: an
 // instance that starts while the fleet's breaker is open (and the fleet's
-// counts support it) starts open. Share a breaker once.
+// counts support it) starts open. Share a breaker with one Shared at a
+// time.
 func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 	switch {
 	case b == nil:
@@ -157,7 +159,7 @@ func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 		}
 		sh.reg = reg
 	}
-	bridge.BreakerWatch(b, "", func(sc breaker.StateChange) {
+	sh.unwatch = bridge.BreakerWatch(b, "", func(sc breaker.StateChange) {
 		select {
 		case sh.changes <- sc:
 		default: // 256 changes behind: the state key tells the others at their next sync
@@ -184,6 +186,7 @@ func (sh *Shared) Close() error {
 	sh.closeMu.Do(func() {
 		sh.stop()
 		<-sh.done
+		sh.unwatch()
 		if sh.reg != nil {
 			err = sh.reg.Unregister()
 		}
@@ -501,8 +504,7 @@ func (sh *Shared) run(ctx context.Context, sub *redis.PubSub) {
 				armClaim()
 			}
 			if sh.b.State() == breaker.StateClosed && sh.b.Override() == breaker.OverrideNone && sh.trips(calls, fails) {
-				until := time.Now().Add(sh.s.OpenTimeout)
-				if bridge.BreakerOpenRemote(sh.b, until) {
+				if until := bridge.BreakerTrip(sh.b); !until.IsZero() {
 					sh.expected.open++
 					_ = sh.publishOpen(ctx, until)
 					armClaim()

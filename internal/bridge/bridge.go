@@ -22,9 +22,10 @@ var (
 
 	// BreakerWatch adds fn, a func(breaker.StateChange), to the receivers
 	// of b's state changes (b a *breaker.Breaker), with key as the
-	// change's Key. Receivers are called after each change, with no lock
-	// held, in order, like Settings.OnStateChange.
-	BreakerWatch func(b any, key string, fn any)
+	// change's Key, and returns what removes it. Receivers are called
+	// after each change, with no lock held, in order, like
+	// Settings.OnStateChange.
+	BreakerWatch func(b any, key string, fn any) (unwatch func())
 
 	// BreakerClean reports whether b, a *breaker.Breaker, is closed with
 	// no failure counted against it now (no run of failures, none in its
@@ -39,6 +40,10 @@ var (
 	// forced breaker is left alone. Both report whether b changed.
 	BreakerOpenRemote  func(b any, until time.Time) bool
 	BreakerCloseRemote func(b any) bool
+	// BreakerTrip opens a closed b as its own rules would, its open stay
+	// growing with MaxOpenTimeout, and returns when it admits calls again
+	// (zero if it did not open it).
+	BreakerTrip func(b any) time.Time
 
 	// BreakerMarked reports whether err carries one of the breaker's
 	// marks (Neutral, Failure, NotFailure): an adapter or the chain has
