@@ -85,8 +85,9 @@ type callCount struct {
 	attrs       metric.ObserveOption
 }
 
-// maxSets bounds the attribute sets of callguard.calls, hence its series:
-// past it, a new key or target is counted with the target "(other)".
+// maxSets bounds the attribute sets of callguard.calls, hence its series
+// and the memory behind them: past it, a call of a new key or target is
+// counted with the key and the target "(other)".
 const maxSets = 4096
 
 // New returns the telemetry of an adapter (pkg "grpcmw" or "httpmw"),
@@ -223,9 +224,10 @@ func (t *T) Call(key, target string, outcome Outcome, attempts int) {
 	full := len(t.sets) >= maxSets
 	t.mu.RUnlock()
 	if !ok && full {
-		// Past the bound (hosts chosen by whoever sends requests, keys
-		// without end): no new series; the target is folded into "other".
-		k.target = "(other)"
+		// Past the bound (hosts chosen by whoever sends requests, keys a
+		// keyed set has long evicted): no new series; the key and the
+		// target are folded into "(other)".
+		k.key, k.target = "(other)", "(other)"
 		t.mu.RLock()
 		opt, ok = t.sets[k]
 		t.mu.RUnlock()
