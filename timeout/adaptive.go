@@ -3,9 +3,10 @@ package timeout
 import (
 	"fmt"
 	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/callguard/callguard/internal/latency"
 )
 
 // AdaptiveOptions configure [Adaptive]. Zero fields take the defaults noted.
@@ -36,28 +37,17 @@ func Adaptive(o AdaptiveOptions) Option {
 	return optionFunc(func(c *config) { c.ad = &o })
 }
 
-const (
-	histSub      = 8 // sub-buckets per power of two
-	histBuckets  = 64 * histSub
-	windowSlices = 6 // the window is kept as 6 slices
-	recomputeLog = 6 // recompute every 1<<6 records
-)
+const recomputeLog = 6 // recompute every 1<<6 records
 
 type tracker struct {
 	q, mult    float64
 	min, max   time.Duration
 	minSamples uint64
-	start      time.Time
-	width      time.Duration // of a slice
 	value      atomic.Int64
 	records    atomic.Uint64
 	computing  atomic.Bool
-	slice      [windowSlices]struct {
-		epoch  atomic.Int64
-		counts [histBuckets]atomic.Uint64
-	}
+	w          *latency.Window
 }
-
 func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 	if o.Quantile == 0 {
 		o.Quantile = 0.999
@@ -89,14 +79,14 @@ func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.Min = %v: must be >= 0", o.Min)
 	case o.Max < o.Min:
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.Max = %v: must be >= Min (%v)", o.Max, o.Min)
-	case o.Window < windowSlices:
+	case o.Window < latency.Slices:
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.Window = %v: must be >= 6ns", o.Window)
 	case o.MinSamples < 0:
 		return nil, fmt.Errorf("timeout: AdaptiveOptions.MinSamples = %d: must be >= 0", o.MinSamples)
 	}
 	t := &tracker{
 		q: o.Quantile, mult: o.Multiplier, min: o.Min, max: o.Max,
-		minSamples: uint64(o.MinSamples), start: time.Now(), width: o.Window / windowSlices,
+		minSamples: uint64(o.MinSamples), w: latency.New(o.Window),
 	}
 	t.value.Store(int64(min(max(d, o.Min), o.Max)))
 	return t, nil
@@ -104,49 +94,13 @@ func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 
 func (t *tracker) current() time.Duration { return time.Duration(t.value.Load()) }
 
-// bucket maps a latency to its histogram bucket: the power of two and the
-// next three bits.
-func bucket(d time.Duration) int {
-	if d < histSub {
-		return max(int(d), 0)
-	}
-	v := uint64(d)
-	exp := bits.Len64(v) - 1 // v in [2^exp, 2^(exp+1))
-	sub := int(v>>(exp-3)) & (histSub - 1)
-	return min((exp-2)*histSub+sub, histBuckets-1)
-}
-
-// upper is the largest latency in bucket i.
-func upper(i int) time.Duration {
-	if i < histSub {
-		return time.Duration(i)
-	}
-	exp := i/histSub + 2
-	sub := i % histSub
-	return time.Duration((uint64(histSub+sub+1) << (exp - 3)) - 1)
-}
-
-func (t *tracker) epoch(now time.Time) int64 {
-	return int64(max(now.Sub(t.start), 0)/t.width) + 1
-}
+func (t *tracker) epoch(now time.Time) int64 { return t.w.Epoch(now) }
 
 func (t *tracker) record(d time.Duration) {
-	now := time.Now()
-	e := t.epoch(now)
-	s := &t.slice[e%windowSlices]
-	if old := s.epoch.Load(); old != e {
-		if old > e {
-			return // a reading older than the slice's data: drop it, never go back
-		}
-		// The slice is reused for a new epoch: whoever wins the swap clears it.
-		if s.epoch.CompareAndSwap(old, e) {
-			for i := range s.counts {
-				s.counts[i].Store(0)
-			}
-			t.recompute(e)
-		}
+	e, moved := t.w.Record(d)
+	if moved {
+		t.recompute(e)
 	}
-	s.counts[bucket(d)].Add(1)
 	// Every 64 records; and at once for an answer that came close to the
 	// timeout (past 2/3 of it), which a shifting distribution (a slower
 	// downstream, more load) makes common and a steady one rare: the
@@ -164,39 +118,15 @@ func (t *tracker) recompute(e int64) {
 		return
 	}
 	defer t.computing.Store(false)
-	var hist [histBuckets]uint64
-	var total uint64
-	for i := range t.slice {
-		s := &t.slice[i]
-		if se := s.epoch.Load(); se <= 0 || e-se >= windowSlices {
-			continue
-		}
-		for j := range s.counts {
-			n := s.counts[j].Load()
-			hist[j] += n
-			total += n
-		}
-	}
-	if total < t.minSamples || total == 0 {
+	u, ok := t.w.Quantile(e, t.q, t.minSamples)
+	if !ok {
 		return
 	}
-	// The q-quantile is the smallest sample with at least q of all at or
-	// below it: rank ⌈total × q⌉ (the epsilon absorbs float error in, e.g.,
-	// 1000 × 0.999).
-	rank := uint64(math.Ceil(float64(total)*t.q - 1e-9))
-	rank = max(rank, 1)
-	var seen uint64
-	for i, n := range hist {
-		seen += n
-		if seen >= rank {
-			// Compare in float64: a product past MaxInt64 would not convert
-			// (nor would float64(t.max) near it, which rounds up to 2^63).
-			v := t.max
-			if f := float64(upper(i)) * t.mult; f < float64(t.max) {
-				v = max(time.Duration(f), t.min)
-			}
-			t.value.Store(int64(v))
-			return
-		}
+	// Compare in float64: a product past MaxInt64 would not convert (nor
+	// would float64(t.max) near it, which rounds up to 2^63).
+	v := t.max
+	if f := float64(u) * t.mult; f < float64(t.max) {
+		v = max(time.Duration(f), t.min)
 	}
+	t.value.Store(int64(v))
 }
