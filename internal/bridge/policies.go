@@ -122,3 +122,40 @@ var (
 	// policy it does not know that may have one.
 	ChainNeedsHolder func(c any) bool
 )
+
+// HedgeRunner runs one attempt of a hedged call with the context given.
+type HedgeRunner interface {
+	HedgeAttempt(ctx context.Context) error
+}
+
+// HedgeCall is a hedged call in progress, from [Hedge.Start].
+type HedgeCall interface {
+	// Finish takes the error of the first attempt, which the caller ran
+	// itself, and returns the call's: nil if any attempt succeeded, else
+	// the error of the attempt that ended last. It returns once every
+	// attempt it started has ended.
+	Finish(err error) error
+}
+
+// Hedge is what the chain, its lint and the adapters know of a
+// *hedge.Policy.
+type Hedge struct {
+	// Start begins a hedged call under ctx. It returns the context the
+	// caller runs the first attempt with, on its own goroutine, and the
+	// call, whose Finish it then calls with that attempt's error. Hedges
+	// start on a timer and run r.HedgeAttempt on goroutines of their own;
+	// the first success cancels the others. Under a context marked
+	// [NoHedge], it returns ctx and a nil call: run the attempt alone.
+	Start     func(ctx context.Context, r HedgeRunner) (context.Context, HedgeCall)
+	MaxHedges int
+	Delay     func() time.Duration // now
+	Quantile  float64              // the latency quantile the delay follows (0: fixed)
+	Budget    float64              // hedges per call at most
+}
+
+// NoHedge marks a context whose call must not be hedged (a call that is
+// not idempotent, in an adapter).
+type NoHedge struct{}
+
+// HedgeOf is set by package hedge: what it keeps for p, a *hedge.Policy.
+var HedgeOf func(p any) *Hedge

@@ -1,0 +1,146 @@
+package hedge
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/latency"
+)
+
+// Policy hedges calls: when an attempt has not answered after the delay,
+// it starts another beside it; the first success wins and the others are
+// canceled. It is safe for concurrent use; make one with [New] (a zero
+// Policy runs calls unhedged).
+type Policy struct {
+	s     Settings
+	delay atomic.Int64
+	win   *latency.Window // nil for a fixed delay
+
+	records   atomic.Uint64
+	computing atomic.Bool
+
+	tokens  atomic.Int64 // the budget, in thousandths of a hedge
+	perCall int64
+	burst   int64
+
+	calls, hedges, wins atomic.Uint64
+
+	pool sync.Pool // *run whose timer never fired
+	x    bridge.Hedge
+}
+
+// New returns a hedging policy, or an error naming the first field of s
+// that is out of range.
+func New(s Settings) (*Policy, error) {
+	s, err := s.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	p := &Policy{s: s, perCall: int64(s.Budget * 1000), burst: int64(s.Burst) * 1000}
+	p.perCall = max(p.perCall, 1)
+	p.tokens.Store(p.burst)
+	p.delay.Store(int64(s.Delay))
+	if s.Quantile > 0 {
+		p.win = latency.New(s.Window)
+	}
+	p.x = bridge.Hedge{Start: p.start, MaxHedges: s.MaxHedges, Delay: p.Delay, Quantile: s.Quantile, Budget: s.Budget}
+	return p, nil
+}
+
+// Delay returns the delay after which an attempt is hedged now.
+func (p *Policy) Delay() time.Duration { return time.Duration(p.delay.Load()) }
+
+// Stats are a hedging policy's counts since it was made.
+type Stats struct {
+	Calls  uint64 // calls run
+	Hedges uint64 // attempts started beside a call's first
+	Wins   uint64 // calls a hedge answered first
+}
+
+// Stats returns the policy's counts.
+func (p *Policy) Stats() Stats {
+	return Stats{Calls: p.calls.Load(), Hedges: p.hedges.Load(), Wins: p.wins.Load()}
+}
+
+var errNilCall = errors.New("hedge: Do with a nil call")
+
+// Do runs call, and, while it has not answered after the delay, up to
+// MaxHedges more copies of it beside it, each with a context of its own;
+// it returns nil once one succeeds (canceling the others), or the error of
+// the attempt that ended last when all fail. Do returns only after every
+// attempt it started has returned: a call must end when its context is
+// canceled. Hedge only idempotent calls.
+func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
+	if call == nil {
+		return errNilCall
+	}
+	if p == nil || p.x.Start == nil {
+		return call(ctx)
+	}
+	actx, h := p.start(ctx, runner(call))
+	if h == nil {
+		return call(actx)
+	}
+	return h.Finish(call(actx))
+}
+
+// runner runs a plain function as an attempt (a func value in an
+// interface costs no allocation).
+type runner func(context.Context) error
+
+func (r runner) HedgeAttempt(ctx context.Context) error { return r(ctx) }
+
+// deposit credits the budget with a call.
+func (p *Policy) deposit() {
+	if t := p.tokens.Load(); t < p.burst {
+		p.tokens.Store(min(t+p.perCall, p.burst)) // a lost race loses a deposit, never overfills
+	}
+}
+
+// take spends a hedge from the budget.
+func (p *Policy) take() bool {
+	for {
+		t := p.tokens.Load()
+		if t < 1000 {
+			return false
+		}
+		if p.tokens.CompareAndSwap(t, t-1000) {
+			return true
+		}
+	}
+}
+
+// observe records the latency of a call's first attempt (see run.ended).
+func (p *Policy) observe(d time.Duration) {
+	if p.win == nil {
+		return
+	}
+	e, moved := p.win.Record(d)
+	if moved || p.records.Add(1)&63 == 0 {
+		p.recompute(e)
+	}
+}
+
+func (p *Policy) recompute(e int64) {
+	if !p.computing.CompareAndSwap(false, true) {
+		return
+	}
+	defer p.computing.Store(false)
+	if q, ok := p.win.Quantile(e, p.s.Quantile, uint64(p.s.MinSamples)); ok {
+		p.delay.Store(int64(min(max(q, p.s.MinDelay), p.s.MaxDelay)))
+	}
+}
+
+func init() {
+	bridge.HedgeOf = func(p any) *bridge.Hedge {
+		h := p.(*Policy)
+		if h == nil || h.x.Start == nil {
+			return &bridge.Hedge{}
+		}
+		return &h.x
+	}
+}

@@ -1,0 +1,165 @@
+package hedge
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/hold"
+)
+
+// run is one hedged call. A run whose timer never fired goes back to the
+// policy's pool, timer and all: a call that needs no hedge allocates
+// nothing for it beyond its first attempt's context.
+type run struct {
+	p     *Policy
+	timer *time.Timer // calls fire; made once per run
+	ctx   context.Context
+	r     bridge.HedgeRunner
+
+	mu       sync.Mutex
+	fired    bool          // the timer fired: the run is not reused
+	closed   bool          // Finish began: no more hedges
+	won      bool
+	launched int // hedges started
+	running  int // hedges whose result is not yet received
+	attempts []attempt
+	results  chan result
+}
+
+type attempt struct {
+	start  time.Time
+	cancel context.CancelFunc
+	held   *hold.Attempt // under hold.WithHolder: the winner's context lives while held
+	ended  bool
+}
+
+type result struct {
+	n   int
+	err error
+}
+
+func (x *run) lock()   { x.mu.Lock() }
+func (x *run) unlock() { x.mu.Unlock() }
+
+// start begins a hedged call (see bridge.Hedge.Start).
+func (p *Policy) start(ctx context.Context, r bridge.HedgeRunner) (context.Context, bridge.HedgeCall) {
+	p.calls.Add(1)
+	p.deposit()
+	if ctx.Value(bridge.NoHedge{}) != nil {
+		return ctx, nil
+	}
+	x, _ := p.pool.Get().(*run)
+	if x == nil {
+		x = &run{p: p, attempts: make([]attempt, p.s.MaxHedges+1), results: make(chan result, p.s.MaxHedges)}
+		x.timer = time.AfterFunc(time.Hour, x.fire)
+		x.timer.Stop()
+	}
+	x.ctx, x.r = ctx, r
+	actx := x.newAttempt(0)
+	x.timer.Reset(p.Delay())
+	return actx, x
+}
+
+// newAttempt makes the context of attempt n.
+func (x *run) newAttempt(n int) context.Context {
+	actx, cancel := context.WithCancel(x.ctx)
+	a := &x.attempts[n]
+	*a = attempt{start: time.Now(), cancel: cancel}
+	if hold.Holdable(x.ctx) {
+		a.held = hold.NewAttempt(x.ctx, actx, cancel)
+		return a.held
+	}
+	return actx
+}
+
+// fire starts a hedge, if the call still needs one and the budget allows.
+func (x *run) fire() {
+	x.lock()
+	x.fired = true
+	if x.closed || x.won || x.launched >= x.p.s.MaxHedges || x.ctx.Err() != nil || !x.p.take() {
+		x.unlock()
+		return
+	}
+	x.launched++
+	n := x.launched
+	actx := x.newAttempt(n)
+	x.running++
+	if x.launched < x.p.s.MaxHedges {
+		x.timer.Reset(x.p.Delay())
+	}
+	x.unlock()
+	x.p.hedges.Add(1)
+	go x.hedge(actx, n)
+}
+
+// hedge runs attempt n and reports its result.
+func (x *run) hedge(ctx context.Context, n int) {
+	err := x.r.HedgeAttempt(ctx)
+	x.lock()
+	x.ended(n, err)
+	x.unlock()
+	x.results <- result{n, err}
+}
+
+// ended records that attempt n returned err; x locked. The first success
+// wins: the other attempts are canceled.
+func (x *run) ended(n int, err error) {
+	a := &x.attempts[n]
+	a.ended = true
+	switch {
+	case err == nil && !x.won:
+		// The delay follows the first attempts' latencies, one per call:
+		// its own when it wins; when a hedge wins, the time it had run, a
+		// lower bound of its latency, which is what a quantile above the
+		// delay needs (how many take longer). Leaving those out would
+		// make the delay fall with every hedge that wins.
+		x.won = true
+		x.p.observe(time.Since(x.attempts[0].start))
+		if n > 0 {
+			x.p.wins.Add(1)
+		}
+		for i := range x.attempts[:x.launched+1] {
+			if o := &x.attempts[i]; i != n && !o.ended {
+				o.cancel()
+			}
+		}
+		if a.held != nil {
+			a.held.Finish() // canceled once the caller is done with the result
+		} else {
+			a.cancel()
+		}
+	default:
+		a.cancel()
+	}
+}
+
+// Finish ends the call (see bridge.HedgeCall).
+func (x *run) Finish(err error) error {
+	stopped := x.timer.Stop()
+	x.lock()
+	x.closed = true
+	x.ended(0, err)
+	running, reuse := x.running, stopped && !x.fired
+	x.unlock()
+	won := err == nil
+	for ; running > 0; running-- {
+		r := <-x.results
+		if r.err == nil {
+			won = true
+		} else if !won {
+			err = r.err // the attempt that ended last
+		}
+	}
+	if won {
+		err = nil
+	}
+	if reuse {
+		x.ctx, x.r = nil, nil
+		x.launched, x.running, x.won, x.closed = 0, 0, false, false
+		clear(x.attempts)
+		x.p.pool.Put(x)
+	}
+	return err
+}
