@@ -19,8 +19,8 @@ type run struct {
 	r     bridge.HedgeRunner
 
 	mu       sync.Mutex
-	fired    bool          // the timer fired: the run is not reused
-	closed   bool          // Finish began: no more hedges
+	fired    bool // the timer fired: the run is not reused
+	closed   bool // Finish began: no more hedges
 	won      bool
 	launched int // hedges started
 	running  int // hedges whose result is not yet received
