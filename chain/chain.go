@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
@@ -43,6 +45,10 @@ const (
 	kindRetry
 	kindTimeout
 	kindFallback
+	kindHedge
+	kindThrottle
+	kindLimit
+	kindBulkhead
 )
 
 type step struct {
@@ -55,6 +61,14 @@ type step struct {
 	tx *bridge.Timeout
 	rx *bridge.Retry
 	fx *bridge.Fallback
+	hx *bridge.Hedge
+	hr *sync.Pool // of *hedgeRunner, for a hedge step
+	// hoist, for a hedge step, is the index of the attempt timeout whose
+	// context the hedge makes for each attempt, or -1: when only
+	// breakers, throttles and fixed timeouts lie inside the hedge, the
+	// soonest of those timeouts is the attempt's deadline, made at the
+	// hedge rather than a cancelable context there and a deadline inside.
+	hoist int
 
 	// next runs what is inside the step: the next step, or the call.
 	next stepFunc
@@ -75,6 +89,8 @@ func funcOf(k kind) stepFunc {
 		return (*Chain).runBreaker
 	case kindFallback:
 		return (*Chain).runFallback
+	case kindHedge:
+		return (*Chain).runHedge
 	}
 	return (*Chain).runOpaque
 }
@@ -131,6 +147,9 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			c.holds = true
 		case *fallback.Policy:
 			s = step{kind: kindFallback, fx: bridge.FallbackOf(v), p: p}
+		case *hedge.Policy:
+			s = step{kind: kindHedge, hx: bridge.HedgeOf(v), hr: new(sync.Pool), p: p}
+			c.holds = true // each attempt has a context of its own
 		}
 		if s.kind == kindOpaque {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
@@ -141,6 +160,11 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	for i := len(c.steps) - 1; i >= 0; i-- {
 		c.steps[i].next = c.first
 		c.first = funcOf(c.steps[i].kind)
+	}
+	for i := range c.steps {
+		if c.steps[i].kind == kindHedge {
+			c.steps[i].hoist = c.hoistable(i)
+		}
 	}
 	for i := range c.steps {
 		if c.steps[i].kind != kindBreaker {
@@ -170,6 +194,27 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// hoistable returns the step whose attempt context the hedge step i can
+// make (see step.hoist), or -1.
+func (c *Chain) hoistable(i int) int {
+	best := -1
+	for j := i + 1; j < len(c.steps); j++ {
+		switch s := &c.steps[j]; s.kind {
+		case kindBreaker, kindThrottle:
+		case kindTimeout:
+			if s.tx.Adaptive {
+				return -1
+			}
+			if best < 0 || s.tx.D < c.steps[best].tx.D {
+				best = j
+			}
+		default:
+			return -1
+		}
+	}
+	return best
 }
 
 // needsHolder reports whether calls of [Chain.Do] may run under attempt
@@ -209,6 +254,8 @@ func zeroValue(p Policy) bool {
 	case *breaker.Breaker:
 		s := v.Settings() // New fills in every default; FromGobreaker sets Engine
 		return s.OpenTimeout == 0 && s.Engine != breaker.EngineGobreaker
+	case *hedge.Policy:
+		return v.Delay() == 0
 	}
 	return false
 }

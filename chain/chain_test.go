@@ -210,11 +210,11 @@ func (c *capture) Do(ctx context.Context, call func(context.Context) error) erro
 	return call(ctx)
 }
 
-// hedge is a user's own policy that runs two calls at once and returns the
+// twoAtOnce is a user's own policy that runs two calls at once and returns the
 // first result.
-type hedge struct{}
+type twoAtOnce struct{}
 
-func (hedge) Do(ctx context.Context, call func(context.Context) error) error {
+func (twoAtOnce) Do(ctx context.Context, call func(context.Context) error) error {
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() { errs <- call(ctx) }()
@@ -233,7 +233,7 @@ func TestHolderNested(t *testing.T) {
 	for _, c := range []*chain.Chain{
 		must(chain.New(to(time.Hour), outer, rt(), to(time.Minute))),
 		must(chain.New(to(time.Hour), outer, must(chain.New(to(time.Minute))))),
-		must(chain.New(to(time.Hour), outer, hedge{}, to(time.Minute))),
+		must(chain.New(to(time.Hour), outer, twoAtOnce{}, to(time.Minute))),
 	} {
 		for _, holding := range []bool{false, true} {
 			var mu sync.Mutex
@@ -281,7 +281,7 @@ func TestHolderNested(t *testing.T) {
 // one timeout) each hold it; it lives until both holds are released, and a
 // hold released twice counts once.
 func TestHoldShared(t *testing.T) {
-	c := must(chain.New(to(time.Minute), hedge{}))
+	c := must(chain.New(to(time.Minute), twoAtOnce{}))
 	var mu sync.Mutex
 	var ctxs []context.Context
 	var helds []*hold.Held

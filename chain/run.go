@@ -21,6 +21,9 @@ type frame struct {
 	owner    int           // the step that set it, or -1
 	hold     bool          // under doHolding: attempt contexts may be held
 	deferred *deferred.Set // breakers hand the permits of successes here
+	// hoisted: a hedge step made the attempt's context (see step.hoist),
+	// whose deadline is that of the attempt timeouts inside it.
+	hoisted bool
 }
 
 // Each kind of step has a function of its own, and each step knows the
@@ -203,6 +206,9 @@ func (c *Chain) fallback(ctx context.Context, i int, f frame, call func(context.
 func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.Context) error) error {
 	if f.owner < 0 {
 		return call(ctx)
+	}
+	if f.hoisted {
+		return attemptError(ctx, c.steps[f.owner].tx.CauseOf(f.timeout), f, call(ctx))
 	}
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)

@@ -94,6 +94,10 @@ type runner func(context.Context) error
 
 func (r runner) HedgeAttempt(ctx context.Context) error { return r(ctx) }
 
+func (runner) HedgeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithCancel(ctx)
+}
+
 // deposit credits the budget with a call.
 func (p *Policy) deposit() {
 	if t := p.tokens.Load(); t < p.burst {

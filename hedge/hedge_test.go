@@ -261,3 +261,24 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Do allocates %v times a call; want no more than a context.WithCancel (%v)", got, base)
 	}
 }
+
+// TestHedgePanics: a hedge that panics panics on the caller's goroutine,
+// once every attempt has returned.
+func TestHedgePanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := must(hedge.New(hedge.Settings{Delay: time.Millisecond}))
+		var n atomic.Int32
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v; want the hedge's panic", v)
+			}
+		}()
+		_ = p.Do(t.Context(), func(ctx context.Context) error {
+			if n.Add(1) == 2 {
+				panic("boom")
+			}
+			return sleepCtx(ctx, 10*time.Millisecond)
+		})
+		t.Error("Do returned; want a panic")
+	})
+}

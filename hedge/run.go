@@ -64,7 +64,7 @@ func (p *Policy) start(ctx context.Context, r bridge.HedgeRunner) (context.Conte
 
 // newAttempt makes the context of attempt n.
 func (x *run) newAttempt(n int) context.Context {
-	actx, cancel := context.WithCancel(x.ctx)
+	actx, cancel := x.r.HedgeContext(x.ctx)
 	a := &x.attempts[n]
 	*a = attempt{start: time.Now(), cancel: cancel}
 	if hold.Holdable(x.ctx) {
@@ -94,9 +94,20 @@ func (x *run) fire() {
 	go x.hedge(actx, n)
 }
 
-// hedge runs attempt n and reports its result.
+// hedge runs attempt n and reports its result. A panic is carried to
+// the caller's goroutine, which Finish panics on.
 func (x *run) hedge(ctx context.Context, n int) {
-	err := x.r.HedgeAttempt(ctx)
+	var err error
+	defer func() {
+		if v := recover(); v != nil {
+			err = &panicked{v}
+			x.lock()
+			x.ended(n, err)
+			x.unlock()
+			x.results <- result{n, err}
+		}
+	}()
+	err = x.r.HedgeAttempt(ctx)
 	x.lock()
 	x.ended(n, err)
 	x.unlock()
@@ -146,6 +157,9 @@ func (x *run) Finish(err error) error {
 	won := err == nil
 	for ; running > 0; running-- {
 		r := <-x.results
+		if p, ok := r.err.(*panicked); ok {
+			defer panic(p.v) // after the other attempts have returned
+		}
 		if r.err == nil {
 			won = true
 		} else if !won {
@@ -163,3 +177,8 @@ func (x *run) Finish(err error) error {
 	}
 	return err
 }
+
+// panicked is a hedge's panic, carried to the caller's goroutine.
+type panicked struct{ v any }
+
+func (p *panicked) Error() string { return "hedge: a hedged attempt panicked" }

@@ -123,8 +123,14 @@ var (
 	ChainNeedsHolder func(c any) bool
 )
 
-// HedgeRunner runs one attempt of a hedged call with the context given.
+// HedgeRunner runs the attempts of a hedged call.
 type HedgeRunner interface {
+	// HedgeContext makes the context of an attempt under ctx, and what
+	// cancels it: context.WithCancel, or, in a chain whose attempt
+	// timeout lies just inside the hedge, the attempt context that timeout
+	// would make.
+	HedgeContext(ctx context.Context) (context.Context, context.CancelFunc)
+	// HedgeAttempt runs one attempt with a context from HedgeContext.
 	HedgeAttempt(ctx context.Context) error
 }
 

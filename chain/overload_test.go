@@ -1,0 +1,97 @@
+package chain_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+)
+
+func mustNew[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestHedgeInChain: retry → hedge → breaker → attempt timeout. The first
+// attempt hangs; the hedge after 20 ms answers in 10 ms. The call succeeds
+// at 30 ms; the breaker counts the hedge's success and the canceled first
+// attempt as neutral (the chain gave up on it, not the downstream).
+func TestHedgeInChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := mustNew(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		b := mustNew(breaker.New(breaker.Settings{ConsecutiveFailures: 1}))
+		r := mustNew(retry.New(retry.MaxAttempts(3), retry.Constant(time.Millisecond), retry.Jitter(0)))
+		to := mustNew(timeout.New(time.Second))
+		c := mustNew(chain.New(r, h, b, to))
+		var n atomic.Int32
+		start := time.Now()
+		err := c.Do(t.Context(), func(ctx context.Context) error {
+			if n.Add(1) == 1 {
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			time.Sleep(10 * time.Millisecond)
+			return nil
+		})
+		if err != nil || time.Since(start) != 30*time.Millisecond {
+			t.Errorf("Do = %v after %v; want nil after 30ms", err, time.Since(start))
+		}
+		if cn := b.Counts(); cn.Successes != 1 || cn.Failures != 0 || cn.Neutral != 1 {
+			t.Errorf("breaker %+v; want 1 success and 1 neutral (the canceled loser)", cn)
+		}
+		if b.State() != breaker.StateClosed {
+			t.Errorf("breaker %v; want closed", b.State())
+		}
+	})
+}
+
+// TestHedgeAttemptTimeout: a hedge's attempt has its own attempt timeout:
+// with both attempts hanging, each is cut by the 100 ms timeout (the
+// first at 100 ms, the hedge at 120 ms), and the call fails with the
+// timeout.
+func TestHedgeAttemptTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := mustNew(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		to := mustNew(timeout.New(100 * time.Millisecond))
+		c := mustNew(chain.New(h, to))
+		start := time.Now()
+		err := c.Do(t.Context(), func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if !timeout.Expired(err) || time.Since(start) != 120*time.Millisecond {
+			t.Errorf("Do = %v after %v; want the attempt timeout after 120ms", err, time.Since(start))
+		}
+	})
+}
+
+// TestHedgeSuccessAllocs: a hedged chain's call answered before the
+// delay allocates no more than the same chain without the hedge: the
+// hedge makes each attempt's context as the attempt timeout inside it
+// would have (a cancelable context of its own would cost 3 more).
+func TestHedgeSuccessAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items under the race detector")
+	}
+	h := mustNew(hedge.New(hedge.Settings{Delay: time.Hour}))
+	b := mustNew(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
+	to := mustNew(timeout.New(time.Second))
+	plain := mustNew(chain.New(b, to))
+	hedged := mustNew(chain.New(h, b, to))
+	ctx := context.Background()
+	call := func(context.Context) error { return nil }
+	base := testing.AllocsPerRun(1000, func() { _ = plain.Do(ctx, call) })
+	got := testing.AllocsPerRun(1000, func() { _ = hedged.Do(ctx, call) })
+	if got > base {
+		t.Errorf("hedged chain allocates %v a call; want at most %v, as without the hedge", got, base)
+	}
+}

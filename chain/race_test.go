@@ -1,0 +1,5 @@
+//go:build race
+
+package chain_test
+
+const raceEnabled = true

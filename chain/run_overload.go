@@ -1,0 +1,71 @@
+package chain
+
+import (
+	"context"
+	"time"
+
+	"github.com/callguard/callguard/internal/hold"
+)
+
+// runHedge runs the hedge step i: the first attempt on the caller's
+// goroutine, hedges on their own (see package hedge). Each attempt runs
+// what is inside the step with a context of its own, which the hedge
+// cancels when another wins: pending deadlines become a context first, as
+// for an opaque policy.
+func (c *Chain) runHedge(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	if f.owner >= 0 {
+		return c.runCall(ctx, i, f, func(ctx context.Context) error {
+			return c.hedge(ctx, i, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+		})
+	}
+	return c.hedge(ctx, i, f, call)
+}
+
+// hedgeRunner runs one attempt of a hedged call: what is inside step i.
+type hedgeRunner struct {
+	c    *Chain
+	i    int
+	f    frame
+	call func(context.Context) error
+}
+
+// HedgeContext makes an attempt's context: the one its attempt timeout
+// would make, when the hedge step hoists it (see step.hoist), else a
+// cancelable one.
+func (r *hedgeRunner) HedgeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	s := &r.c.steps[r.i]
+	if s.hoist < 0 {
+		return context.WithCancel(ctx)
+	}
+	t := r.c.steps[s.hoist].tx
+	return context.WithDeadlineCause(ctx, time.Now().Add(t.D), t.Cause)
+}
+
+func (r *hedgeRunner) HedgeAttempt(ctx context.Context) error {
+	return r.c.steps[r.i].next(r.c, ctx, r.i+1, r.f, r.call)
+}
+
+func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	s := &c.steps[i]
+	if f.hold && !hold.Holdable(ctx) {
+		// The winner's context must outlive the call, as a held attempt
+		// context does: the hedge makes its attempts' contexts holdable.
+		ctx = hold.WithHolder(ctx)
+	}
+	r, _ := s.hr.Get().(*hedgeRunner)
+	if r == nil {
+		r = new(hedgeRunner)
+	}
+	f.hoisted = s.hoist >= 0
+	*r = hedgeRunner{c: c, i: i, f: f, call: call}
+	actx, h := s.hx.Start(ctx, r)
+	var err error
+	if h == nil {
+		err = s.next(c, actx, i+1, f, call)
+	} else {
+		err = h.Finish(s.next(c, actx, i+1, f, call))
+	}
+	*r = hedgeRunner{}
+	s.hr.Put(r)
+	return err
+}
