@@ -35,6 +35,11 @@ func Rules() []Rule {
 		{"CG013", "info: a retry budget sends fewer failing attempts to the breaker inside, which trips later"},
 		{"CG014", "adaptive attempt timeout that can grow past an outer timeout: attempts end on the outer deadline"},
 		{"CG015", "info: a fixed attempt timeout with no declared tail latency: nothing checks it against the healthy tail"},
+		{"CG016", "hedge outside a retry: attempts multiply (hedges × attempts) and a hedge starts the retries over"},
+		{"CG017", "hedge inside a breaker: the breaker sees one outcome for several attempts; a half-open probe becomes several calls"},
+		{"CG018", "info: a chain's Do hedges every call; hedge only idempotent calls (the adapters do)"},
+		{"CG019", "fixed hedge delay below the declared median latency: the hedge budget goes to ordinary calls"},
+		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},
 	}
 }
 
@@ -67,6 +72,8 @@ func lint(steps []step, o Options) []Finding {
 			l.timeout(i)
 		case kindFallback:
 			l.fallback(i)
+		case kindHedge:
+			l.hedge(i)
 		}
 	}
 	return l.out

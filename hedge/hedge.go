@@ -3,6 +3,8 @@ package hedge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -147,4 +149,18 @@ func init() {
 		}
 		return &h.x
 	}
+}
+
+// String describes the policy, e.g. "hedge(after p95, from 20ms; ≤ 1
+// hedge; budget 5 %)".
+func (p *Policy) String() string {
+	when := fmt.Sprintf("after %v", p.s.Delay)
+	if p.s.Quantile > 0 {
+		when = fmt.Sprintf("after p%s, from %v", pct(p.s.Quantile), p.s.Delay)
+	}
+	return fmt.Sprintf("hedge(%s; ≤ %d hedge; budget %s %%)", when, p.s.MaxHedges, pct(p.s.Budget))
+}
+
+func pct(f float64) string {
+	return strings.TrimSuffix(strings.TrimRight(fmt.Sprintf("%.1f", 100*f), "0"), ".")
 }

@@ -1,0 +1,72 @@
+package chain
+
+import (
+	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
+)
+
+// hedge lints the hedge step i.
+func (l *linter) hedge(i int) {
+	s := l.steps[i]
+	h := s.hx
+	n := h.MaxHedges + 1
+	var budget bool
+	for j := 0; j < i; j++ {
+		o := l.steps[j]
+		switch o.kind {
+		case kindRetry:
+			if _, _, _, ok := bridge.RetryBudget(o.p); ok {
+				budget = true
+			}
+		case kindBreaker:
+			// CG017: a hedge inside a breaker.
+			l.warn("CG017", "%v is inside %v: the breaker sees one outcome for up to %d attempts (a slow attempt a hedge beat is never counted, so a downstream that slows down does not trip it), and in half-open one probe becomes up to %d calls. Fix: put the hedge outside the breaker: retry → hedge → breaker → attempt timeout.",
+				s.p, o.p, n, n)
+		}
+	}
+	// CG016: a hedge outside a retry.
+	for j := i + 1; j < len(l.steps); j++ {
+		if o := l.steps[j]; o.kind == kindRetry {
+			a := o.rx.Attempts
+			l.warn("CG016", "%v wraps %v: every attempt of the retry, and its waits, run once per hedge: up to %d × %d = %d downstream calls per request, and a hedge starts the retries over. Fix: put the hedge inside the retry: retry → hedge → breaker → attempt timeout.",
+				s.p, o.p, n, a, n*a)
+			break
+		}
+	}
+	// CG023: hedging, and retries without a budget.
+	if !budget {
+		for j := range l.steps {
+			if o := l.steps[j]; o.kind == kindRetry {
+				if _, _, _, ok := bridge.RetryBudget(o.p); !ok {
+					l.warn("CG023", "%v hedges and %v retries without a retry budget: the hedge's budget caps its extra load at %s %%, but a downstream that slows down and then fails gets up to %d attempts per request from the retry. Fix: retry.WithBudget(retry.NewBudget(0.1, 10)).",
+						s.p, o.p, percent(h.Budget), o.rx.Attempts*n)
+					break
+				}
+			}
+		}
+	}
+	// CG019: a hedge delay below the declared median.
+	if d, q, ok := l.declaredAbove(i, h.Delay()); ok && h.Quantile == 0 {
+		l.warn("CG019", "%v hedges after %v, below the downstream's declared p%s of %v: over %s %% of healthy calls run past the delay, so the hedge budget (%s %%) is spent on ordinary calls and none is left for the slow ones it is for. Fix: a delay near the healthy p95, or hedge.Settings{Quantile: 0.95}.",
+			s.p, h.Delay(), percent(q), d, percent(1-q), percent(h.Budget))
+	}
+	// CG018: the chain hedges every call it is given.
+	l.info("CG018", "%v hedges every call this chain runs: hedge only idempotent calls. The gRPC and HTTP adapters of this kit hedge only the calls they would retry (idempotent methods); a chain's own Do hedges them all.", s.p)
+}
+
+// declaredAbove returns the lowest healthy latency quantile, up to the
+// median, declared by a timeout inside step i, that is above d.
+func (l *linter) declaredAbove(i int, d time.Duration) (time.Duration, float64, bool) {
+	for _, s := range l.steps[i+1:] {
+		if s.kind != kindTimeout {
+			continue
+		}
+		for _, q := range s.tx.Declared {
+			if q.Q <= 0.5 && q.Latency > d {
+				return q.Latency, q.Q, true
+			}
+		}
+	}
+	return 0, 0, false
+}
