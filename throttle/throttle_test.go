@@ -404,3 +404,27 @@ func TestAllocs(t *testing.T) {
 		t.Fatalf("a refusal: %v allocations, want 0", n)
 	}
 }
+
+// A call that outlives the window: its request has left with its bucket,
+// so its accept (or its neutral end) touches nothing that came after.
+func TestLongCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := mustNew(t, throttle.Settings{Window: 10 * time.Second})
+		long, _ := th.Allow(context.Background())
+		long2, _ := th.Allow(context.Background())
+		wantCounts(t, th, 2, 0)
+		time.Sleep(10 * time.Second) // the same bucket of the ring, one lap on
+		finish(th, 3, errDown)
+		long.Done(nil)
+		long2.DoneNeutral()
+		wantCounts(t, th, 3, 0)
+
+		// Within the window, an accept lands in its request's bucket.
+		p, _ := th.Allow(context.Background())
+		time.Sleep(5 * time.Second)
+		p.Done(nil)
+		wantCounts(t, th, 4, 1)
+		time.Sleep(5 * time.Second) // request and accept leave together
+		wantCounts(t, th, 0, 0)
+	})
+}
