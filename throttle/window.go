@@ -16,8 +16,11 @@ import (
 type window struct {
 	start    time.Time
 	width    time.Duration // Window / buckets
+	_        [64]byte      // requests and accepts on cache lines of their own
 	requests [buckets]atomic.Uint64
+	_        [64]byte
 	accepts  [buckets]atomic.Uint64
+	_        [64]byte
 }
 
 const countMask = 1<<32 - 1
