@@ -23,6 +23,7 @@ func init() {
 		return func() {}
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
+	bridge.BreakerNotFailure = func(err error) bool { return markOf(err) == markNotFailure }
 	bridge.BreakerClean = func(b any) bool {
 		bb, _ := b.(*Breaker)
 		return bb != nil && bb.clean()

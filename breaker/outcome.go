@@ -3,6 +3,7 @@ package breaker
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard"
 	"time"
 
 	"github.com/callguard/callguard/internal/deadline"
@@ -24,7 +25,8 @@ const (
 // classify decides how an admitted call's error counts; start is when the
 // call was admitted (native engine with SlowCall, or a probe). The marks
 // [Neutral] and [Failure] (the adapters' and the chain's decisions) come
-// first, then the caller's own end (neutral, or slow: see cutSlow), then
+// first, then a local rejection (callguard.ErrRejected: neutral), then
+// the caller's own end (neutral, or slow: see cutSlow), then
 // the mark [NotFailure], then the user's IsExcluded and IsFailure: a rule
 // the user adds for other errors never overrides what the adapters
 // marked. NotFailure yields to the caller's end: an answer that came after
@@ -39,6 +41,9 @@ func (b *Breaker) classify(ctx context.Context, g *gen, start stamp, err error) 
 		return neutral
 	case markFailure:
 		return failure
+	}
+	if errors.Is(err, callguard.ErrRejected) {
+		return neutral // refused locally, by a throttle, a limit or a bulkhead inside the breaker
 	}
 	if callerDone(ctx) {
 		if m == markNone && b.cutSlow(ctx, g, start) {

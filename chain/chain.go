@@ -16,6 +16,7 @@ import (
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -91,6 +92,8 @@ func funcOf(k kind) stepFunc {
 		return (*Chain).runFallback
 	case kindHedge:
 		return (*Chain).runHedge
+	case kindThrottle:
+		return (*Chain).runThrottle
 	}
 	return (*Chain).runOpaque
 }
@@ -150,6 +153,8 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		case *hedge.Policy:
 			s = step{kind: kindHedge, hx: bridge.HedgeOf(v), hr: new(sync.Pool), p: p}
 			c.holds = true // each attempt has a context of its own
+		case *throttle.Throttle:
+			s = step{kind: kindThrottle, p: p}
 		}
 		if s.kind == kindOpaque {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/internal/hold"
+	"github.com/callguard/callguard/throttle"
 )
 
 // runHedge runs the hedge step i: the first attempt on the caller's
@@ -67,5 +68,17 @@ func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Con
 	}
 	*r = hedgeRunner{}
 	s.hr.Put(r)
+	return err
+}
+
+// runThrottle runs the throttle step i.
+func (c *Chain) runThrottle(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	s := &c.steps[i]
+	p, err := s.p.(*throttle.Throttle).Allow(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.next(c, ctx, i+1, f, call)
+	p.Done(err)
 	return err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/callguard/callguard"
 	"math"
 	"sync/atomic"
 	"time"
@@ -130,8 +131,10 @@ func Jitter(fraction float64) Option {
 
 // RetryIf decides which errors are worth another attempt (default: all). It
 // is asked only about errors that the defaults do not already rule out: the
-// caller's cancellation, permanent errors and, without [RetryWhenOpen],
-// breaker.ErrOpen.
+// caller's cancellation, permanent errors, local rejections
+// (callguard.ErrRejected: a throttle, a limit or a bulkhead inside the
+// retry refused the attempt, and would refuse the next one as well) and,
+// without [RetryWhenOpen], breaker.ErrOpen.
 func RetryIf(retryable func(error) bool) Option {
 	return optionFunc(func(c *config) {
 		if retryable == nil {
@@ -401,6 +404,9 @@ func (p *Policy) retryable(ctx context.Context, err error) bool {
 	var perm *backoff.PermanentError
 	if errors.As(err, &perm) {
 		return false
+	}
+	if errors.Is(err, callguard.ErrRejected) {
+		return false // refused locally (throttle, limit, bulkhead): another attempt now would be too
 	}
 	return p.retryIf == nil || p.retryIf(err)
 }

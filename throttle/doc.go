@@ -45,12 +45,14 @@
 // callers are impatient) nor down (as an accept would, hiding an
 // overload). A call that panics is a refusal.
 //
-// The default treats every error from the downstream as a refusal; the
-// gRPC and HTTP adapters pass their own classification in IsAccepted, and
-// IsAccepted decides: an answer such as InvalidArgument or 404 was
-// accepted (the downstream did the work), ResourceExhausted, Unavailable or
-// 503 was not. A breaker's breaker.ErrOpen is a refusal too: the breaker
-// opened because the downstream failed.
+// The default treats every error from the downstream as a refusal, except
+// those the gRPC and HTTP adapters mark breaker.NotFailure (an answer such
+// as InvalidArgument or 404: the downstream accepted and did the work);
+// ResourceExhausted, Unavailable or 503 are refusals. IsAccepted decides
+// the rest. A breaker's breaker.ErrOpen from inside the throttle is
+// neutral, like a local rejection: the call never reached the downstream,
+// and counted as a refusal it would keep the throttle shedding for a
+// window after the breaker closed.
 //
 // # Defaults, and where they differ from failsafe-go
 //

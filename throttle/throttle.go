@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deadline"
 )
 
@@ -95,8 +97,11 @@ func (t *Throttle) Allow(ctx context.Context) (Permit, error) {
 
 // Done reports how the admitted call ended; err is its error. A nil error
 // counts as accepted; an error returned after the caller's context ended,
-// or matching callguard.ErrRejected, is neutral (as [Permit.DoneNeutral]);
-// Settings.IsAccepted decides any other error, and without it any other
+// or matching callguard.ErrRejected or breaker.ErrOpen (a policy inside
+// refused the call), is neutral (as [Permit.DoneNeutral]);
+// an error marked breaker.NotFailure (the gRPC and HTTP adapters mark the
+// answers that are the caller's fault so, e.g. InvalidArgument or a 404)
+// counts as accepted; Settings.IsAccepted decides any other error, and without it any other
 // error is a refusal: the request stays counted with no accept.
 func (p Permit) Done(err error) {
 	if p.t == nil {
@@ -136,8 +141,14 @@ func (t *Throttle) classify(ctx context.Context, err error) outcome {
 	switch {
 	case err == nil:
 		return accepted
-	case deadline.Ended(ctx), errors.Is(err, callguard.ErrRejected):
+	case deadline.Ended(ctx), errors.Is(err, callguard.ErrRejected), errors.Is(err, breaker.ErrOpen):
+		// Not an answer of the downstream: the caller left, or a policy
+		// inside refused the call (a breaker that is open included: its
+		// rejections counted as refusals would keep the throttle shedding
+		// for a window after the breaker closed).
 		return neutral
+	case bridge.BreakerNotFailure != nil && bridge.BreakerNotFailure(err):
+		return accepted // an answer marked breaker.NotFailure: the adapters' caller errors
 	case t.s.IsAccepted != nil && t.s.IsAccepted(err):
 		return accepted
 	}

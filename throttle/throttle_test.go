@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/throttle"
 )
 
@@ -426,5 +427,27 @@ func TestLongCall(t *testing.T) {
 		wantCounts(t, th, 4, 1)
 		time.Sleep(5 * time.Second) // request and accept leave together
 		wantCounts(t, th, 0, 0)
+	})
+}
+
+// TestNotFailureAccepted: an answer marked breaker.NotFailure (a caller's
+// error, as the adapters mark InvalidArgument or a 404) counts as
+// accepted: 100 of them leave the rejection probability at 0.
+func TestNotFailureAccepted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th, err := throttle.New(throttle.Settings{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			p, err := th.Allow(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Done(breaker.NotFailure(errors.New("invalid argument")))
+		}
+		if req, acc := th.Counts(); req != 100 || acc != 100 || th.RejectionRate() != 0 {
+			t.Errorf("Counts = %d, %d, p = %v; want 100 requests, 100 accepts, p = 0", req, acc, th.RejectionRate())
+		}
 	})
 }

@@ -49,6 +49,10 @@ var (
 	// marks (Neutral, Failure, NotFailure): an adapter or the chain has
 	// already decided how it counts.
 	BreakerMarked func(err error) bool
+	// BreakerNotFailure reports whether err carries the mark NotFailure
+	// (an answer of the downstream that says nothing against its health,
+	// such as a caller's error): the throttle counts it accepted.
+	BreakerNotFailure func(err error) bool
 )
 
 // Set by package retry.
