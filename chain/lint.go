@@ -39,6 +39,7 @@ func Rules() []Rule {
 		{"CG017", "hedge inside a breaker: the breaker sees one outcome for several attempts; a half-open probe becomes several calls"},
 		{"CG018", "info: a chain's Do hedges every call; hedge only idempotent calls (the adapters do)"},
 		{"CG019", "fixed hedge delay below the declared median latency: the hedge budget goes to ordinary calls"},
+		{"CG021", "throttle inside a breaker: the breaker sees only what the throttle lets through and may stay half-open"},
 		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},
 	}
 }
@@ -74,6 +75,8 @@ func lint(steps []step, o Options) []Finding {
 			l.fallback(i)
 		case kindHedge:
 			l.hedge(i)
+		case kindThrottle:
+			l.throttle(i)
 		}
 	}
 	return l.out

@@ -1,9 +1,11 @@
 package chain
 
 import (
+	"math"
 	"time"
 
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/throttle"
 )
 
 // hedge lints the hedge step i.
@@ -39,7 +41,7 @@ func (l *linter) hedge(i int) {
 		for j := range l.steps {
 			if o := l.steps[j]; o.kind == kindRetry {
 				if _, _, _, ok := bridge.RetryBudget(o.p); !ok {
-					l.warn("CG023", "%v hedges and %v retries without a retry budget: the hedge's budget caps its extra load at %s %%, but a downstream that slows down and then fails gets up to %d attempts per request from the retry. Fix: retry.WithBudget(retry.NewBudget(0.1, 10)).",
+					l.warn("CG023", "%v hedges and %v retries without a retry budget: the hedge's budget caps its extra load at %s%%, but a downstream that slows down and then fails gets up to %d attempts per request from the retry. Fix: retry.WithBudget(retry.NewBudget(0.1, 10)).",
 						s.p, o.p, percent(h.Budget), o.rx.Attempts*n)
 					break
 				}
@@ -48,11 +50,11 @@ func (l *linter) hedge(i int) {
 	}
 	// CG019: a hedge delay below the declared median.
 	if d, q, ok := l.declaredAbove(i, h.Delay()); ok && h.Quantile == 0 {
-		l.warn("CG019", "%v hedges after %v, below the downstream's declared p%s of %v: over %s %% of healthy calls run past the delay, so the hedge budget (%s %%) is spent on ordinary calls and none is left for the slow ones it is for. Fix: a delay near the healthy p95, or hedge.Settings{Quantile: 0.95}.",
+		l.warn("CG019", "%v hedges after %v, below the downstream's declared p%s of %v: over %s%% of healthy calls run past the delay, so the hedge budget (%s%%) is spent on ordinary calls and none is left for the slow ones it is for. Fix: a delay near the healthy p95, or hedge.Settings{Quantile: 0.95}.",
 			s.p, h.Delay(), percent(q), d, percent(1-q), percent(h.Budget))
 	}
 	// CG018: the chain hedges every call it is given.
-	l.info("CG018", "%v hedges every call this chain runs: hedge only idempotent calls. The gRPC and HTTP adapters of this kit hedge only the calls they would retry (idempotent methods); a chain's own Do hedges them all.", s.p)
+	l.info("CG018", "%v hedges every call this chain runs: hedge only idempotent calls. The gRPC and HTTP adapters of this kit hedge only the calls they would retry (idempotent methods); a chain's own Do hedges them all. Fix: call Do only for idempotent work, or run this chain through grpcmw (with its idempotent methods declared) or httpmw.", s.p)
 }
 
 // declaredAbove returns the lowest healthy latency quantile, up to the
@@ -69,4 +71,22 @@ func (l *linter) declaredAbove(i int, d time.Duration) (time.Duration, float64, 
 		}
 	}
 	return 0, 0, false
+}
+
+// throttle lints the throttle step i.
+func (l *linter) throttle(i int) {
+	t := l.steps[i].p.(*throttle.Throttle)
+	s := t.Settings()
+	// CG021: a throttle inside a breaker.
+	for j := 0; j < i; j++ {
+		o := l.steps[j]
+		if o.kind != kindBreaker {
+			continue
+		}
+		bs := o.bp().Settings()
+		minCalls := max(bs.MinCalls, 1)
+		l.warn("CG021", "%v is inside %v: both shed load, and the throttle acts on what the breaker lets through. The breaker never counts the calls the throttle refuses (local rejections are neutral): at the throttle's cap (%s%% refused), a failure-rate window needs %d calls to see its %d, and a half-open probe the throttle refuses proves nothing, so the breaker stays half-open until the throttle's %v window forgets the outage. Fix: the throttle outside the breaker: retry → throttle → breaker → attempt timeout; the breaker acts first on an outage (its rejections are neutral to the throttle), the throttle sheds a fraction under an overload the breaker's rules do not reach.",
+			t, o.p, percent(s.MaxRejectionRate), int(math.Ceil(math.Round(float64(minCalls)/(1-min(s.MaxRejectionRate, 0.999))*1e6)/1e6)), minCalls, s.Window)
+		break
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 	"github.com/sony/gobreaker/v2"
 )
@@ -38,6 +40,9 @@ var (
 )
 
 func br(s breaker.Settings) *breaker.Breaker { return must(breaker.New(s)) }
+func hg(s hedge.Settings) *hedge.Policy      { return must(hedge.New(s)) }
+func th() *throttle.Throttle                 { return must(throttle.New(throttle.Settings{})) }
+func budget() retry.Option                   { return retry.WithBudget(must(retry.NewBudget(0.1, 10))) }
 func rt(opts ...retry.Option) *retry.Policy  { return must(retry.New(opts...)) }
 func to(d time.Duration, opts ...timeout.Option) *timeout.Policy {
 	return must(timeout.New(d, opts...))
@@ -91,6 +96,42 @@ func TestRules(t *testing.T) {
 			bad:     []chain.Policy{br(fiveConsecutive), to(100*time.Millisecond, timeout.Latency(0.8, 100*time.Millisecond), timeout.Latency(1, time.Second))},
 			good:    []chain.Policy{br(fiveConsecutive), to(time.Second, timeout.Latency(0.8, 100*time.Millisecond), timeout.Latency(1, time.Second))},
 			numbers: []string{"p80 latency of 100ms", "≥ 20% of calls"},
+		},
+		{
+			code:    "CG016",
+			bad:     []chain.Policy{hg(hedge.Settings{Delay: 50 * time.Millisecond}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 50 * time.Millisecond}), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"up to 2 × 3 = 6 downstream calls per request"},
+		},
+		{
+			code:    "CG017",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), hg(hedge.Settings{Delay: 50 * time.Millisecond, MaxHedges: 2, Budget: 0.1}), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 50 * time.Millisecond, MaxHedges: 2, Budget: 0.1}), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"one outcome for up to 3 attempts", "one probe becomes up to 3 calls"},
+		},
+		{
+			code:    "CG018",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 50 * time.Millisecond}), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"hedges every call"},
+		},
+		{
+			code:    "CG019",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 10 * time.Millisecond}), br(fiveConsecutive), to(time.Second, timeout.Latency(0.5, 20*time.Millisecond), timeout.Latency(0.99, 200*time.Millisecond))},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 60 * time.Millisecond}), br(fiveConsecutive), to(time.Second, timeout.Latency(0.5, 20*time.Millisecond), timeout.Latency(0.99, 200*time.Millisecond))},
+			numbers: []string{"declared p50 of 20ms", "over 50% of healthy calls", "(5%)"},
+		},
+		{
+			code:    "CG021",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), br(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinCalls: 20}), th(), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), th(), br(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinCalls: 20}), to(time.Second)},
+			numbers: []string{"(90% refused)", "needs 200 calls to see its 20", "1m0s window"},
+		},
+		{
+			code:    "CG023",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3)), hg(hedge.Settings{Delay: 50 * time.Millisecond}), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 50 * time.Millisecond}), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"caps its extra load at 5%", "up to 6 attempts per request"},
 		},
 		{
 			code:    "CG015",
@@ -240,8 +281,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 15 {
-		t.Errorf("%d rules documented, want 15", got)
+	if got := len(chain.Rules()); got != 21 {
+		t.Errorf("%d rules documented, want 21", got)
 	}
 }
 
