@@ -3,6 +3,7 @@ package grpcmw
 import (
 	"context"
 	"errors"
+	"github.com/callguard/callguard"
 	"math"
 
 	"github.com/callguard/callguard/breaker"
@@ -160,6 +161,11 @@ func toStatus(callerCtx context.Context, err, answer error) error {
 			// Ended by the caller, during a wait or a rejection: say so.
 			return &statusError{status.FromContextError(cerr), err}
 		}
+	}
+	if errors.Is(err, callguard.ErrRejected) {
+		// Refused locally (throttle, limit, bulkhead): the call was not
+		// sent; the caller may try again later.
+		return &statusError{status.New(codes.ResourceExhausted, err.Error()), err}
 	}
 	if errors.Is(err, breaker.ErrOpen) {
 		if answer != nil {

@@ -131,6 +131,7 @@ func passStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
 type prepared struct {
 	chain     *chain.Chain
 	fallback  bool               // unary calls carry their reply for it (Reply)
+	hedge     bool               // unary attempts may run at once
 	breakers  []*breaker.Breaker // an attempt while one is half-open is a probe
 	plan      plan               // for streams
 	streamErr error              // streams cannot apply the chain
@@ -152,7 +153,7 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
-		p := &prepared{chain: c, fallback: adapter.HasFallback(c)}
+		p := &prepared{chain: c, fallback: adapter.HasFallback(c), hedge: adapter.HasHedge(c)}
 		if cfg.readyProbes {
 			// Native engines only: their state reads without a lock, and
 			// each attempt reads it.

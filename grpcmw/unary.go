@@ -2,12 +2,17 @@ package grpcmw
 
 import (
 	"context"
+	"errors"
+	"sync"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/telemetry"
+	"github.com/callguard/callguard/retry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
 )
 
 // replyKey carries, under a chain with a fallback, the reply a fallback
@@ -53,7 +58,14 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if p.fallback {
 			cctx = context.WithValue(ctx, replyKey{}, reply)
 		}
-		err = toStatus(ctx, p.chain.Do(cctx, u.attempt), u.answer)
+		if p.hedge && !idempotent {
+			cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
+		}
+		err = p.chain.Do(cctx, u.attempt)
+		if p.hedge {
+			err = u.settleHedged(err)
+		}
+		err = toStatus(ctx, err, u.answer)
 		if cfg.tel != nil {
 			cfg.tel.Call(key, method, telemetry.Classify(ctx, err), u.attempts)
 		}
@@ -79,10 +91,20 @@ type unaryCall struct {
 	maxAttempts int
 	attempts    int
 	answer      error // the last attempt's own error: the downstream's last answer
+
+	// Under a hedge, attempts may run at once: the first of those in
+	// flight fills the caller's reply, the others replies of their own;
+	// mu guards the fields above and these.
+	mu    sync.Mutex
+	busy  bool // an attempt is filling reply
+	first any  // the reply of the first attempt to succeed
 }
 
 // attempt makes one attempt of the call.
 func (u *unaryCall) attempt(ctx context.Context) error {
+	if u.p.hedge {
+		return u.hedgedAttempt(ctx)
+	}
 	u.attempts++
 	u.trailer = nil
 	opts := u.opts
@@ -120,4 +142,59 @@ func (u *unaryCall) probeOptions() []grpc.CallOption {
 		u.cc.ResetConnectBackoff()
 	}
 	return append(u.opts[:len(u.opts):len(u.opts)], grpc.WaitForReady(true))
+}
+
+// errNoHedge refuses a concurrent attempt of a call whose reply is not a
+// protocol buffer message: there is no second reply to fill.
+var errNoHedge = breaker.Neutral(retry.Permanent(errors.New("grpcmw: a hedged attempt needs a reply of its own: the reply is not a proto.Message")))
+
+// hedgedAttempt makes one attempt of a call whose chain hedges: attempts
+// may run at once, each with its own reply and trailer.
+func (u *unaryCall) hedgedAttempt(ctx context.Context) error {
+	u.mu.Lock()
+	u.attempts++
+	n := u.attempts
+	own := !u.busy // this attempt fills the caller's reply
+	u.busy = true
+	u.mu.Unlock()
+	reply := u.reply
+	if !own {
+		m, ok := u.reply.(proto.Message)
+		if !ok {
+			return errNoHedge
+		}
+		reply = m.ProtoReflect().New().Interface()
+	}
+	var trailer metadata.MD
+	opts := u.opts
+	if u.idempotent {
+		// The caller's options and a trailer of this attempt's own.
+		opts = append(u.opts[:len(u.opts)-1:len(u.opts)-1], grpc.Trailer(&trailer))
+	}
+	if _, bounded := ctx.Deadline(); bounded && u.probe() {
+		opts = append(opts[:len(opts):len(opts)], grpc.WaitForReady(true))
+	}
+	err := u.invoker(ctx, u.method, u.req, reply, u.cc, opts...)
+	u.mu.Lock()
+	if own {
+		u.busy = false
+	}
+	if err == nil && u.first == nil {
+		u.first = reply
+	}
+	u.answer = err
+	u.mu.Unlock()
+	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, trailer, u.idempotent && (u.maxAttempts == 0 || n < u.maxAttempts))
+}
+
+// settleHedged gives the caller the reply of the attempt that succeeded
+// first, once every attempt has returned.
+func (u *unaryCall) settleHedged(err error) error {
+	if err != nil || u.first == nil || u.first == u.reply {
+		return err
+	}
+	m := u.reply.(proto.Message) // a hedge's own reply exists only for a proto.Message
+	proto.Reset(m)
+	proto.Merge(m, u.first.(proto.Message))
+	return nil
 }

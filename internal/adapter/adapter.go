@@ -5,9 +5,12 @@
 package adapter
 
 import (
+	"context"
+
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/bridge"
 )
 
@@ -35,6 +38,22 @@ func Breakers(c *chain.Chain) []*breaker.Breaker {
 		}
 	}
 	return bs
+}
+
+// HasHedge reports whether c has a hedging policy, nested chains included.
+func HasHedge(c *chain.Chain) bool {
+	for _, p := range Flatten(c) {
+		if _, ok := p.(*hedge.Policy); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// NoHedge returns ctx marked so that the hedges of a chain run under it
+// leave the call alone: a call that is not idempotent.
+func NoHedge(ctx context.Context) context.Context {
+	return context.WithValue(ctx, bridge.NoHedge{}, true)
 }
 
 // HasFallback reports whether c has a fallback policy, nested chains
