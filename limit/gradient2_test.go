@@ -86,7 +86,7 @@ func TestGradient2RTTDoubles(t *testing.T) {
 		want      [3]int // after the first, second and third rounds
 	}{
 		{1.5, [3]int{19, 20, 12}}, // the third round at 40 ms: gradient ≈ 0.55
-		{1, [3]int{12, 10, 10}}, // falling toward e = 0.8e + 0.2(e·g + 4), i.e. 4/(1−g) ≈ 9 with g ≈ 0.55
+		{1, [3]int{12, 10, 10}},   // falling toward e = 0.8e + 0.2(e·g + 4), i.e. 4/(1−g) ≈ 9 with g ≈ 0.55
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			l := mustLimiter(t, limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{Tolerance: tc.tolerance})})
