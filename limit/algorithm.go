@@ -1,0 +1,248 @@
+package limit
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Algorithm adjusts a [Limiter]'s limit from the outcomes of its calls.
+// Make one with [AIMD] or [Gradient2]; no other implementation is
+// possible. An Algorithm is an immutable value, safe to share between
+// limiters: each limiter keeps its own state.
+type Algorithm interface {
+	// String describes the algorithm and its settings as given, e.g.
+	// "AIMD(backoff 0.9)"; those of [Limiter.Settings] have the defaults
+	// filled in.
+	String() string
+
+	normalize() (Algorithm, error)
+	engine(c *core, s Settings) engine
+}
+
+// engine is one limiter's instance of an algorithm.
+type engine interface {
+	// sample feeds one call that ended: its time from admission to Done,
+	// the calls in flight at its admission (itself included), and whether
+	// it was a drop.
+	sample(rtt time.Duration, inflight int, drop bool)
+}
+
+// Defaults of [AIMDSettings].
+const (
+	// DefaultBackoffRatio is Netflix's AIMDLimit's: the limit shrinks by
+	// 10 % on every drop. Drops come one call at a time, and an overload
+	// times out many calls at once: 0.9 per drop takes a limit of 20 to
+	// 12 after the 5 drops of one bad round trip, where halving (TCP's
+	// rule, applied once per round trip, not per lost packet) would take
+	// it to its minimum.
+	DefaultBackoffRatio = 0.9
+)
+
+// AIMDSettings configures the [AIMD] algorithm. The zero value gives the
+// defaults.
+type AIMDSettings struct {
+	// BackoffRatio multiplies the limit on each drop, in [0.5, 1)
+	// (0: DefaultBackoffRatio).
+	BackoffRatio float64
+}
+
+// AIMD returns the additive-increase, multiplicative-decrease algorithm of
+// Netflix's concurrency-limits (AIMDLimit). A call that succeeds while at
+// least half the limit was in flight at its admission raises the limit by
+// 1; a drop sets it to max(MinLimit, min(limit−1, ⌊limit·BackoffRatio⌋)).
+// Other outcomes leave it as it is; the limit stays within [MinLimit,
+// MaxLimit]. It reacts only to drops: to timeouts, not to latency.
+func AIMD(s AIMDSettings) Algorithm { return aimd{s} }
+
+type aimd struct{ s AIMDSettings }
+
+func (a aimd) String() string { return fmt.Sprintf("AIMD(backoff %g)", a.s.BackoffRatio) }
+
+func (a aimd) normalize() (Algorithm, error) {
+	if a.s.BackoffRatio == 0 {
+		a.s.BackoffRatio = DefaultBackoffRatio
+	}
+	if math.IsNaN(a.s.BackoffRatio) || a.s.BackoffRatio < 0.5 || a.s.BackoffRatio >= 1 {
+		return a, invalid("AIMDSettings.BackoffRatio", a.s.BackoffRatio, "must be within [0.5, 1)")
+	}
+	return a, nil
+}
+
+func (a aimd) engine(c *core, s Settings) engine {
+	return &aimdEngine{c: c, ratio: a.s.BackoffRatio, min: int64(s.MinLimit), max: int64(s.MaxLimit)}
+}
+
+// aimdEngine's only state is the core's limit, updated by compare-and-swap:
+// a sample takes no lock.
+type aimdEngine struct {
+	c        *core
+	ratio    float64
+	min, max int64
+}
+
+func (e *aimdEngine) sample(_ time.Duration, inflight int, drop bool) {
+	for {
+		cur := e.c.limit.Load()
+		next := cur
+		switch {
+		case drop:
+			next = max(e.min, min(cur-1, int64(float64(cur)*e.ratio)))
+		case int64(inflight)*2 >= cur:
+			next = min(cur+1, e.max)
+		}
+		if next == cur {
+			return
+		}
+		if e.c.limit.CompareAndSwap(cur, next) {
+			if next > cur {
+				e.c.admitMore()
+			}
+			return
+		}
+	}
+}
+
+// Defaults of [Gradient2Settings].
+const (
+	// DefaultSmoothing and DefaultQueueSize are Netflix's Gradient2Limit's.
+	DefaultSmoothing = 0.2
+	DefaultQueueSize = 4
+	// DefaultTolerance is the rttTolerance Netflix's Gradient2Limit had
+	// until it dropped the knob (fixing it at 1): a client measures the
+	// network too, and round trips within 1.5 times their long-term
+	// average are jitter, not a queue.
+	DefaultTolerance = 1.5
+	// DefaultLongWindow is Netflix's: the long-term average weighs each
+	// sample by 2/(600+1), after a warm-up that averages the first 10.
+	DefaultLongWindow = 600
+)
+
+// warmupSamples is the number of first samples the long-term average is
+// the plain mean of (Netflix's ExpAvgMeasurement warm-up).
+const warmupSamples = 10
+
+// Gradient2Settings configures the [Gradient2] algorithm. The zero value
+// gives the defaults.
+type Gradient2Settings struct {
+	// Smoothing is how much of each new estimate the limit takes, in
+	// (0, 1] (0: DefaultSmoothing).
+	Smoothing float64
+	// QueueSize is how far the estimate may exceed limit·gradient: the
+	// growth allowed while round trips stay low (0: DefaultQueueSize).
+	QueueSize int
+	// Tolerance is how many times the long-term round trip the short-term
+	// one may be before the limit falls, >= 1 (0: DefaultTolerance).
+	Tolerance float64
+	// LongWindow is the number of samples the long-term average spans,
+	// >= 1 (0: DefaultLongWindow).
+	LongWindow int
+}
+
+// Gradient2 returns the latency-gradient algorithm of Netflix's
+// concurrency-limits (Gradient2Limit). On each successful call, with rtt
+// its time from admission to Done:
+//
+//	shortRtt = rtt
+//	longRtt  = longRtt·(1−2/(LongWindow+1)) + rtt·2/(LongWindow+1)   (the first 10: their mean)
+//	if longRtt/shortRtt > 2 { longRtt *= 0.9 }          // recovering from an overload
+//	if inflight < limit/2 { stop }                      // the callers, not the limit, bound the load
+//	gradient = max(0.5, min(1, Tolerance·longRtt/shortRtt))
+//	estimate = limit·(1−Smoothing) + (limit·gradient + QueueSize)·Smoothing
+//	limit    = max(MinLimit, min(MaxLimit, estimate))
+//
+// where inflight counts the calls in flight at the call's admission and
+// the estimate is kept as a real number, the limit being its integer part.
+// With a steady round trip the limit grows by QueueSize·Smoothing (0.8 by
+// default) per sample taken at a limit at least half used. A drop takes
+// the gradient's floor, 0.5, whatever the load, and its time is left out
+// of both averages (a timeout says the call took at least that long, not
+// how long). Samples are taken under a short lock.
+func Gradient2(s Gradient2Settings) Algorithm { return gradient2{s} }
+
+type gradient2 struct{ s Gradient2Settings }
+
+func (g gradient2) String() string {
+	return fmt.Sprintf("Gradient2(smoothing %g, queue %d, tolerance %g, long window %d)",
+		g.s.Smoothing, g.s.QueueSize, g.s.Tolerance, g.s.LongWindow)
+}
+
+func (g gradient2) normalize() (Algorithm, error) {
+	s := &g.s
+	if s.Smoothing == 0 {
+		s.Smoothing = DefaultSmoothing
+	}
+	if s.QueueSize == 0 {
+		s.QueueSize = DefaultQueueSize
+	}
+	if s.Tolerance == 0 {
+		s.Tolerance = DefaultTolerance
+	}
+	if s.LongWindow == 0 {
+		s.LongWindow = DefaultLongWindow
+	}
+	switch {
+	case math.IsNaN(s.Smoothing) || s.Smoothing <= 0 || s.Smoothing > 1:
+		return g, invalid("Gradient2Settings.Smoothing", s.Smoothing, "must be within (0, 1]")
+	case s.QueueSize < 0:
+		return g, invalid("Gradient2Settings.QueueSize", s.QueueSize, "must be >= 0")
+	case math.IsNaN(s.Tolerance) || s.Tolerance < 1 || math.IsInf(s.Tolerance, 1):
+		return g, invalid("Gradient2Settings.Tolerance", s.Tolerance, "must be >= 1 and finite")
+	case s.LongWindow < 1:
+		return g, invalid("Gradient2Settings.LongWindow", s.LongWindow, "must be >= 1")
+	}
+	return g, nil
+}
+
+func (g gradient2) engine(c *core, s Settings) engine {
+	return &gradient2Engine{
+		c: c, s: g.s,
+		min: float64(s.MinLimit), max: float64(s.MaxLimit),
+		estimate: float64(s.InitialLimit),
+		factor:   2 / (float64(g.s.LongWindow) + 1),
+	}
+}
+
+type gradient2Engine struct {
+	c        *core
+	s        Gradient2Settings
+	min, max float64
+	factor   float64 // the long-term average's weight of a sample
+
+	mu       sync.Mutex
+	estimate float64 // the limit, before its integer part is taken
+	longRtt  float64 // in nanoseconds
+	warm     int     // samples in longRtt, up to warmupSamples
+}
+
+func (e *gradient2Engine) sample(rtt time.Duration, inflight int, drop bool) {
+	e.mu.Lock()
+	gradient := 0.5
+	if !drop {
+		short := max(float64(rtt), 1)
+		if e.warm < warmupSamples {
+			e.longRtt = (e.longRtt*float64(e.warm) + short) / float64(e.warm+1)
+			e.warm++
+		} else {
+			e.longRtt = e.longRtt*(1-e.factor) + short*e.factor
+		}
+		if e.longRtt/short > 2 {
+			e.longRtt *= 0.9
+		}
+		if float64(inflight) < e.estimate/2 {
+			e.mu.Unlock()
+			return
+		}
+		gradient = max(0.5, min(1, e.s.Tolerance*e.longRtt/short))
+	}
+	next := e.estimate*gradient + float64(e.s.QueueSize)
+	next = e.estimate*(1-e.s.Smoothing) + next*e.s.Smoothing
+	e.estimate = max(e.min, min(e.max, next))
+	limit := int64(e.estimate)
+	old := e.c.limit.Swap(limit) // under mu: limits are stored in the order they were computed
+	e.mu.Unlock()
+	if limit > old {
+		e.c.admitMore()
+	}
+}

@@ -1,0 +1,127 @@
+package limit_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/limit"
+)
+
+// model is Gradient2 as its documentation states it, with the default
+// settings, to check the limiter against sample by sample.
+type model struct {
+	estimate, long, tolerance float64
+	warm                      int
+}
+
+func (m *model) sample(rtt time.Duration, inflight int) int {
+	short := float64(rtt)
+	if m.warm < 10 {
+		m.long = (m.long*float64(m.warm) + short) / float64(m.warm+1)
+		m.warm++
+	} else {
+		f := 2.0 / 601
+		m.long = m.long*(1-f) + short*f
+	}
+	if m.long/short > 2 {
+		m.long *= 0.9
+	}
+	if float64(inflight) < m.estimate/2 {
+		return int(m.estimate)
+	}
+	g := max(0.5, min(1, m.tolerance*m.long/short))
+	next := m.estimate*0.8 + (m.estimate*g+4)*0.2
+	m.estimate = max(1, min(200, next))
+	return int(m.estimate)
+}
+
+// round admits n calls at once (the i-th with i+1 in flight), lets rtt
+// pass and ends them all in the order they came, checking the limit
+// against the model after each.
+func round(t *testing.T, l *limit.Limiter, m *model, n int, rtt time.Duration) {
+	t.Helper()
+	ps := acquireN(t, l, n)
+	time.Sleep(rtt)
+	for i, p := range ps {
+		p.Done(nil)
+		if want := m.sample(rtt, i+1); l.Limit() != want {
+			t.Fatalf("sample %d of %d (rtt %v): Limit() = %d, the formula gives %d", i+1, n, rtt, l.Limit(), want)
+		}
+	}
+}
+
+// TestGradient2SteadyRTT: with a constant round trip the limit grows by
+// QueueSize·Smoothing = 0.8 per sample taken with at least half the limit
+// in flight, up to MaxLimit and no further.
+func TestGradient2SteadyRTT(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLimiter(t, limit.Settings{})
+		m := &model{estimate: 20, tolerance: 1.5}
+		round(t, l, m, 20, 10*time.Millisecond)
+		// Samples 1–9 are below half the limit; 10–20 add 0.8 each: 20 + 11·0.8.
+		wantLimit(t, l, 28, "after 20 calls at 10 ms")
+		rounds := 1
+		for l.Limit() < 200 {
+			round(t, l, m, l.Limit(), 10*time.Millisecond)
+			rounds++
+		}
+		// 28 → 40 → 56 → 78 → 109 → 153 → 200.
+		if rounds != 7 {
+			t.Errorf("reached MaxLimit after %d rounds, want 7", rounds)
+		}
+		round(t, l, m, 200, 10*time.Millisecond)
+		wantLimit(t, l, 200, "at MaxLimit")
+	})
+}
+
+// TestGradient2RTTDoubles: after a warm-up at 10 ms, calls at 20 ms make
+// the gradient Tolerance·longRtt/20ms: with the default tolerance, 1.5,
+// about 0.78, which the QueueSize of 4 nearly offsets at a limit of 20;
+// with a tolerance of 1, about 0.52, and the limit falls.
+func TestGradient2RTTDoubles(t *testing.T) {
+	for _, tc := range []struct {
+		tolerance float64
+		want      [3]int // after the first, second and third rounds
+	}{
+		{1.5, [3]int{19, 20, 12}}, // the third round at 40 ms: gradient ≈ 0.55
+		{1, [3]int{12, 10, 10}},   // falling toward e = 0.8e + 0.2(e·g + 4), i.e. 4/(1−g) ≈ 9 with g ≈ 0.55
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			l := mustLimiter(t, limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{Tolerance: tc.tolerance})})
+			m := &model{estimate: 20, tolerance: tc.tolerance}
+			for range 10 {
+				round(t, l, m, 1, 10*time.Millisecond) // 1 in flight: the average warms, the limit holds
+			}
+			wantLimit(t, l, 20, "after the warm-up")
+			round(t, l, m, 20, 20*time.Millisecond)
+			wantLimit(t, l, tc.want[0], "after 20 calls at 20 ms")
+			round(t, l, m, l.Limit(), 20*time.Millisecond)
+			wantLimit(t, l, tc.want[1], "after a second round at 20 ms")
+			rtt := 20 * time.Millisecond
+			if tc.tolerance == 1.5 {
+				rtt = 40 * time.Millisecond
+			}
+			round(t, l, m, l.Limit(), rtt)
+			wantLimit(t, l, tc.want[2], "after a third round")
+		})
+	}
+}
+
+// TestGradient2Drop: a drop takes the gradient's floor: 20 → 0.8·20 +
+// 0.2·(0.5·20 + 4) = 18.8.
+func TestGradient2Drop(t *testing.T) {
+	l := mustLimiter(t, limit.Settings{})
+	p, _ := l.Acquire(context.Background())
+	p.Done(errTimeout)
+	wantLimit(t, l, 18, "drop at 20")
+	for range 40 {
+		p, _ := l.Acquire(context.Background())
+		p.Done(errTimeout)
+	}
+	// The estimate's fixed point under drops: e = 0.9e + 0.8 → 8.
+	if got := l.Limit(); got != 8 {
+		t.Fatalf("after 41 drops: Limit() = %d, want 8 (0.9e + 0.8 = e)", got)
+	}
+}
