@@ -15,6 +15,7 @@ import (
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
@@ -94,6 +95,10 @@ func funcOf(k kind) stepFunc {
 		return (*Chain).runHedge
 	case kindThrottle:
 		return (*Chain).runThrottle
+	case kindLimit:
+		return (*Chain).runLimit
+	case kindBulkhead:
+		return (*Chain).runBulkhead
 	}
 	return (*Chain).runOpaque
 }
@@ -155,6 +160,10 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			c.holds = true // each attempt has a context of its own
 		case *throttle.Throttle:
 			s = step{kind: kindThrottle, p: p}
+		case *limit.Limiter:
+			s = step{kind: kindLimit, p: p}
+		case *limit.Bulkhead:
+			s = step{kind: kindBulkhead, p: p}
 		}
 		if s.kind == kindOpaque {
 			c.holds, c.opaque = true, true // a nested Chain, or a policy that may run one
@@ -261,6 +270,12 @@ func zeroValue(p Policy) bool {
 		return s.OpenTimeout == 0 && s.Engine != breaker.EngineGobreaker
 	case *hedge.Policy:
 		return v.Delay() == 0
+	case *throttle.Throttle:
+		return v.Settings().K == 0
+	case *limit.Limiter:
+		return v.Settings().Algorithm == nil
+	case *limit.Bulkhead:
+		return v.Settings().MaxConcurrent == 0
 	}
 	return false
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -39,7 +40,9 @@ func Rules() []Rule {
 		{"CG017", "hedge inside a breaker: the breaker sees one outcome for several attempts; a half-open probe becomes several calls"},
 		{"CG018", "info: a chain's Do hedges every call; hedge only idempotent calls (the adapters do)"},
 		{"CG019", "fixed hedge delay below the declared median latency: the hedge budget goes to ordinary calls"},
+		{"CG020", "limiter or bulkhead inside a retry: each attempt takes a slot, and a rejection ends the retries at once"},
 		{"CG021", "throttle inside a breaker: the breaker sees only what the throttle lets through and may stay half-open"},
+		{"CG022", "limiter or bulkhead queue wait at least the attempt timeout: a standing queue that spends the callers' time"},
 		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},
 	}
 }
@@ -77,6 +80,12 @@ func lint(steps []step, o Options) []Finding {
 			l.hedge(i)
 		case kindThrottle:
 			l.throttle(i)
+		case kindLimit:
+			st := s.p.(*limit.Limiter).Settings()
+			l.limit(i, st.MaxQueue, st.MaxWait)
+		case kindBulkhead:
+			st := s.p.(*limit.Bulkhead).Settings()
+			l.limit(i, st.MaxQueue, st.MaxWait)
 		}
 	}
 	return l.out

@@ -90,3 +90,29 @@ func (l *linter) throttle(i int) {
 		break
 	}
 }
+
+// limit lints the limiter or bulkhead step i, which waits up to maxWait
+// in a queue of maxQueue (0: until its caller's context ends).
+func (l *linter) limit(i int, maxQueue int, maxWait time.Duration) {
+	p := l.steps[i].p
+	// CG020: inside a retry.
+	for j := 0; j < i; j++ {
+		if o := l.steps[j]; o.kind == kindRetry {
+			l.warn("CG020", "%v is inside %v: each attempt takes a slot of its own (and waits in the queue again), so a request whose attempts fail holds the limit %d times as long as one call, and a rejection ends the retries at once (local rejections are not retried) where a retry after its backoff might have found a free slot. Fix: the limit outside the retry, limit → retry → breaker → attempt timeout, so a request takes one slot for all its attempts and waits for it once.",
+				p, o.p, o.rx.Attempts)
+			break
+		}
+	}
+	// CG022: a queue wait as long as an attempt.
+	if maxQueue == 0 {
+		return
+	}
+	if d, ok := l.innerTimeout(i); ok && (maxWait == 0 || maxWait >= d) {
+		wait := "until the caller's deadline"
+		if maxWait > 0 {
+			wait = "up to " + maxWait.String()
+		}
+		l.warn("CG022", "%v queues calls %s for a slot, at least as long as the %v an attempt may run inside it: a queue that full is a standing queue, not a burst it absorbs, and the calls it admits late have spent their callers' time waiting. Fix: a MaxWait well below %v (a few typical latencies), so an overload is refused at once and the callers can go elsewhere.",
+			p, wait, d, d)
+	}
+}

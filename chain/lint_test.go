@@ -13,6 +13,7 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
@@ -39,11 +40,12 @@ var (
 	ok              = func(context.Context, error) error { return nil }
 )
 
-func br(s breaker.Settings) *breaker.Breaker { return must(breaker.New(s)) }
-func hg(s hedge.Settings) *hedge.Policy      { return must(hedge.New(s)) }
-func th() *throttle.Throttle                 { return must(throttle.New(throttle.Settings{})) }
-func budget() retry.Option                   { return retry.WithBudget(must(retry.NewBudget(0.1, 10))) }
-func rt(opts ...retry.Option) *retry.Policy  { return must(retry.New(opts...)) }
+func br(s breaker.Settings) *breaker.Breaker      { return must(breaker.New(s)) }
+func hg(s hedge.Settings) *hedge.Policy           { return must(hedge.New(s)) }
+func bh(s limit.BulkheadSettings) *limit.Bulkhead { return must(limit.NewBulkhead(s)) }
+func th() *throttle.Throttle                      { return must(throttle.New(throttle.Settings{})) }
+func budget() retry.Option                        { return retry.WithBudget(must(retry.NewBudget(0.1, 10))) }
+func rt(opts ...retry.Option) *retry.Policy       { return must(retry.New(opts...)) }
 func to(d time.Duration, opts ...timeout.Option) *timeout.Policy {
 	return must(timeout.New(d, opts...))
 }
@@ -120,6 +122,18 @@ func TestRules(t *testing.T) {
 			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 10 * time.Millisecond}), br(fiveConsecutive), to(time.Second, timeout.Latency(0.5, 20*time.Millisecond), timeout.Latency(0.99, 200*time.Millisecond))},
 			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), hg(hedge.Settings{Delay: 60 * time.Millisecond}), br(fiveConsecutive), to(time.Second, timeout.Latency(0.5, 20*time.Millisecond), timeout.Latency(0.99, 200*time.Millisecond))},
 			numbers: []string{"declared p50 of 20ms", "over 50% of healthy calls", "(5%)"},
+		},
+		{
+			code:    "CG020",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), bh(limit.BulkheadSettings{MaxConcurrent: 10}), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"holds the limit 3 times as long"},
+		},
+		{
+			code:    "CG022",
+			bad:     []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: time.Second}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(500 * time.Millisecond)},
+			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: 50 * time.Millisecond}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(500 * time.Millisecond)},
+			numbers: []string{"up to 1s for a slot", "the 500ms an attempt may run"},
 		},
 		{
 			code:    "CG021",
@@ -281,8 +295,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 21 {
-		t.Errorf("%d rules documented, want 21", got)
+	if got := len(chain.Rules()); got != 23 {
+		t.Errorf("%d rules documented, want 23", got)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/internal/hold"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
 )
 
@@ -75,6 +76,30 @@ func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Con
 func (c *Chain) runThrottle(ctx context.Context, i int, f frame, call func(context.Context) error) error {
 	s := &c.steps[i]
 	p, err := s.p.(*throttle.Throttle).Allow(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.next(c, ctx, i+1, f, call)
+	p.Done(err)
+	return err
+}
+
+// runLimit runs the limiter step i.
+func (c *Chain) runLimit(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	s := &c.steps[i]
+	p, err := s.p.(*limit.Limiter).Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	err = s.next(c, ctx, i+1, f, call)
+	p.Done(err)
+	return err
+}
+
+// runBulkhead runs the bulkhead step i.
+func (c *Chain) runBulkhead(ctx context.Context, i int, f frame, call func(context.Context) error) error {
+	s := &c.steps[i]
+	p, err := s.p.(*limit.Bulkhead).Acquire(ctx)
 	if err != nil {
 		return err
 	}
