@@ -24,6 +24,7 @@ type attempt struct {
 	timer   *time.Timer // the chain's timeout, while it applies
 	stop    func() bool // stops the watch of ctx
 	permits []breaker.Permit
+	gated   []permit // the gates' permits, taken before the breakers'
 	done    bool                  // the permits are reported
 	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
 }
@@ -166,6 +167,17 @@ func (s *stream) beginLocked(recv bool) (*attempt, error) {
 		return nil, retry.Permanent(s.lastErr) // Context was called during the wait
 	}
 	s.attempts++
+	var gated []permit
+	for _, g := range s.plan.gates {
+		p, err := g(s.ctx) // a limiter's queue may wait, within its MaxWait
+		if err != nil {
+			for _, q := range gated {
+				q.DoneNeutral()
+			}
+			return nil, err
+		}
+		gated = append(gated, p)
+	}
 	permits := make([]breaker.Permit, 0, len(s.plan.breakers))
 	for _, b := range s.plan.breakers {
 		p, err := b.Allow(s.ctx)
@@ -173,11 +185,14 @@ func (s *stream) beginLocked(recv bool) (*attempt, error) {
 			for _, q := range permits {
 				q.DoneNeutral() // admitted, but the call never happened
 			}
+			for _, q := range gated {
+				q.DoneNeutral()
+			}
 			return nil, err
 		}
 		permits = append(permits, p)
 	}
-	a := &attempt{permits: permits}
+	a := &attempt{permits: permits, gated: gated}
 	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
 	// The chain's timeout bounds the streamer, which can block (waiting for
 	// a connection, grpc.WaitForReady), as it bounds a unary call.

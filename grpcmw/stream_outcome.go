@@ -101,6 +101,13 @@ func (s *stream) endLocked(a *attempt, err error) {
 		}
 		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
 	}
+	for i, p := range a.gated {
+		if owner >= 0 && owner < s.plan.gAt[i] {
+			p.DoneNeutral()
+			continue
+		}
+		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
+	}
 	s.releaseLocked(a)
 }
 
@@ -112,11 +119,14 @@ func (s *stream) abandonLocked(a *attempt) {
 	for _, p := range a.permits {
 		p.DoneNeutral()
 	}
+	for _, p := range a.gated {
+		p.DoneNeutral()
+	}
 	s.releaseLocked(a)
 }
 
 func (s *stream) releaseLocked(a *attempt) {
-	a.done, a.permits = true, nil
+	a.done, a.permits, a.gated = true, nil, nil
 	if a.timer != nil {
 		a.timer.Stop()
 	}

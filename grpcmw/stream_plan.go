@@ -1,15 +1,19 @@
 package grpcmw
 
 import (
+	"context"
 	"fmt"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -19,6 +23,8 @@ import (
 // outside the retry and the breakers bounds all attempts. Positions are in
 // the chain's policies with nested chains flattened.
 type plan struct {
+	gates    []gate // throttles, limiters and bulkheads: taken before the breakers
+	gAt      []int  // each gate's position
 	retry    *bridge.Retry
 	breakers []*breaker.Breaker
 	at       []int // each breaker's position in the chain
@@ -67,11 +73,31 @@ func planFor(c *chain.Chain) (plan, error) {
 			}
 			p.timeouts = append(p.timeouts, v)
 			p.tAt = append(p.tAt, i)
+		case *throttle.Throttle:
+			p.gates = append(p.gates, func(ctx context.Context) (permit, error) { return v.Allow(ctx) })
+			p.gAt = append(p.gAt, i)
+		case *limit.Limiter:
+			p.gates = append(p.gates, func(ctx context.Context) (permit, error) { return v.Acquire(ctx) })
+			p.gAt = append(p.gAt, i)
+		case *limit.Bulkhead:
+			p.gates = append(p.gates, func(ctx context.Context) (permit, error) { return v.Acquire(ctx) })
+			p.gAt = append(p.gAt, i)
+		case *hedge.Policy:
+			return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a stream's messages cannot be sent twice at once; use grpcmw.UnaryOnly(), or give streams a chain without it", v, i+1, c)
 		case *fallback.Policy:
 			return p, fmt.Errorf("grpcmw: streams cannot apply %v, policy #%d of chain %v: a fallback cannot answer a stream; use grpcmw.UnaryOnly(), or give streams a chain without it", v, i+1, c)
 		default:
-			return p, fmt.Errorf("grpcmw: streams cannot apply %T, policy #%d of chain %v: a stream runs only breakers, a retry and timeouts; use grpcmw.UnaryOnly(), or give streams a chain of those", v, i+1, c)
+			return p, fmt.Errorf("grpcmw: streams cannot apply %T, policy #%d of chain %v: a stream runs only breakers, a retry, timeouts, throttles, limiters and bulkheads; use grpcmw.UnaryOnly(), or give streams a chain of those", v, i+1, c)
 		}
 	}
 	return p, nil
+}
+
+// gate admits a stream's attempt: a throttle, a limiter or a bulkhead.
+type gate func(ctx context.Context) (permit, error)
+
+// permit is a gate's permit for one attempt.
+type permit interface {
+	Done(err error)
+	DoneNeutral()
 }
