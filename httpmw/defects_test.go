@@ -147,9 +147,9 @@ func TestClientConditionsNeutral(t *testing.T) {
 			r.GetBody = func() (io.ReadCloser, error) { return nil, errors.New("gone") }
 			return r
 		}, retryAnyway{}},
-		{"concurrent attempts", func() *http.Request {
-			return must(http.NewRequest(http.MethodGet, "http://callguard.test/", nil))
-		}, hedge{}},
+		{"concurrent attempts of a request not idempotent", func() *http.Request {
+			return must(http.NewRequest(http.MethodPost, "http://callguard.test/", nil))
+		}, twoAtOnce{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

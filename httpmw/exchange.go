@@ -30,32 +30,41 @@ type exchange struct {
 	body     io.ReadCloser  // the returned response's body
 	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
 	attempts int
-	mu       sync.Mutex  // held by the attempt in flight, and by RoundTrip after Do
+	mu       sync.Mutex  // guards the fields above and below
 	settled  atomic.Bool // the deferred permits are reported
 	mayRetry bool
 	over     bool // RoundTrip has its result: no more attempts
+	won      bool // an attempt succeeded: later answers are dropped
+	inflight int  // attempts sending now
 }
 
 // The conditions of the client's own making: neutral to the breakers (they
 // say nothing of the server's health) and final.
 var (
-	errConcurrent = breaker.Neutral(retry.Permanent(errors.New("httpmw: attempts run one at a time, within RoundTrip; a policy that runs them at once (hedging), or after its Do returned, gets this error")))
+	errConcurrent = breaker.Neutral(retry.Permanent(errors.New("httpmw: an attempt at once with another of a request that cannot be retried, after another succeeded, or after RoundTrip returned")))
 	errNoReplay   = breaker.Neutral(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
 )
 
 // attempt sends one copy of the request with the attempt's context.
-// Attempts run one at a time: an exchange keeps one response.
+// Attempts of a request that may be retried may run at once (a hedge):
+// each sends its own copy of the body (GetBody); the first success is
+// kept, a later one drained and closed; the caller gets the last failure
+// when none succeeds. Others run one at a time.
 func (x *exchange) attempt(actx context.Context) error {
-	if !x.mu.TryLock() {
-		return errConcurrent
-	}
-	defer x.mu.Unlock()
+	x.mu.Lock()
 	if x.over {
+		x.mu.Unlock()
 		return errConcurrent // a late call, after RoundTrip has returned
+	}
+	concurrent := x.inflight > 0
+	if concurrent && !x.mayRetry {
+		x.mu.Unlock()
+		return errConcurrent
 	}
 	if x.attempts > 0 && !replayable(x.req) {
 		// Also against a policy that retries a Permanent error: the body
 		// was sent and is gone.
+		x.mu.Unlock()
 		return errNoReplay
 	}
 	var body io.ReadCloser
@@ -64,12 +73,16 @@ func (x *exchange) attempt(actx context.Context) error {
 		// replayed, the caller gets that response.
 		b, err := x.req.GetBody()
 		if err != nil {
+			x.mu.Unlock()
 			return breaker.Neutral(retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err)))
 		}
 		body = b
 	}
 	x.attempts++
-	x.discard()
+	if !concurrent {
+		x.discard()
+	}
+	x.inflight++
 	// The caller's request is never modified: an attempt that needs another
 	// context or body sends a shallow copy, as net/http's own Client and
 	// Transport do; the base must not modify it either (the RoundTripper
@@ -82,22 +95,39 @@ func (x *exchange) attempt(actx context.Context) error {
 	if body != nil {
 		r.Body = body
 	}
+	x.mu.Unlock()
+
 	resp, err := x.t.base.RoundTrip(r)
 	cfg := x.t.cfg
+	if err == nil && resp.Body == nil {
+		resp.Body = http.NoBody // as net/http's Client reads a nil body from a RoundTripper
+	}
+	x.mu.Lock()
+	x.inflight--
+	if err == nil && (x.over || x.won) {
+		// RoundTrip has its answer already (another attempt's, or none):
+		// this one is dropped, neutral to the breakers.
+		x.mu.Unlock()
+		drainClose(resp.Body, cfg.drainUpTo, cfg.drainTimeout)
+		return errConcurrent
+	}
+	defer x.mu.Unlock()
 	if err != nil {
 		if cfg.failure(nil, err) {
 			return permanentUnless(x.mayRetry, err)
 		}
 		return breaker.NotFailure(retry.Permanent(err))
 	}
-	if resp.Body == nil {
-		resp.Body = http.NoBody // as net/http's Client reads a nil body from a RoundTripper
+	if concurrent || x.inflight > 0 {
+		x.discard() // an attempt at once with others: the latest answer is kept
 	}
 	x.last, x.held = resp, hold.Hold(actx)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
+		x.won = true
 		return nil // a protocol upgrade: a success, never retried
 	}
 	if !cfg.failure(resp, nil) {
+		x.won = true
 		return nil
 	}
 	se := &StatusError{StatusCode: resp.StatusCode}

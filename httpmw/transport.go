@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/callguard/callguard"
 	"net/http"
 	"strconv"
 
@@ -30,6 +31,7 @@ type Transport struct {
 type prepared struct {
 	chain    *chain.Chain
 	fallback bool // requests carry their exchange for Respond
+	hedge    bool // attempts may run at once
 }
 
 // New checks c and the options, and returns a Transport that sends each
@@ -58,7 +60,7 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	t.source, err = keyed.NewSource("httpmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		adapter.Watch(c, key, tel.Watcher(key, cfg.onChange))
 		tel.Built(key, c)
-		return &prepared{chain: c, fallback: adapter.HasFallback(c)}, nil
+		return &prepared{chain: c, fallback: adapter.HasFallback(c), hedge: adapter.HasHedge(c)}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -193,7 +195,7 @@ func (t *Transport) count(req *http.Request, key string, resp *http.Response, er
 	case err != nil:
 	case resp == nil: // an OnOpen that answered nothing
 		outcome = telemetry.Rejected
-	case resp.Header.Get(BreakerHeader) == "open":
+	case resp.Header.Get(BreakerHeader) == "open", resp.Header.Get(RejectedHeader) != "":
 		outcome = telemetry.Rejected
 	case t.cfg.failure(resp, nil):
 		outcome = telemetry.Failed
@@ -207,6 +209,9 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	ctx := req.Context()
 	if p.fallback {
 		ctx = context.WithValue(ctx, exchangeKey{}, x)
+	}
+	if p.hedge && !x.mayRetry {
+		ctx = adapter.NoHedge(ctx) // hedged like retried: idempotent, replayable requests only
 	}
 	// The returned body keeps its attempt context, if the chain makes one,
 	// until it is closed; with CountBodyErrors, the breakers' permits too.
@@ -266,6 +271,9 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	if x.attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
 		return t.cfg.onOpen(req, err)
 	}
+	if x.attempts == 0 && errors.Is(err, callguard.ErrRejected) {
+		return rejected(req, err), nil
+	}
 	if err == nil {
 		if p.fallback {
 			err = errFallbackNoAnswer
@@ -298,5 +306,23 @@ func (e *StatusError) Error() string {
 func closeBody(req *http.Request) {
 	if req.Body != nil {
 		_ = req.Body.Close()
+	}
+}
+
+// RejectedHeader is set on the 503 answer that stands for a local
+// rejection: a throttle, a limiter or a bulkhead of the chain refused the
+// request before it was sent (its value says which and why).
+const RejectedHeader = "Callguard-Rejected"
+
+// rejected is the answer to a request the chain refused locally (err
+// matches callguard.ErrRejected): 503 Service Unavailable, as a server
+// that sheds load answers, marked with RejectedHeader.
+func rejected(req *http.Request, err error) *http.Response {
+	h := http.Header{}
+	h.Set(RejectedHeader, err.Error())
+	return &http.Response{
+		Status: "503 Service Unavailable", StatusCode: http.StatusServiceUnavailable,
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: h, Body: http.NoBody, ContentLength: 0, Request: req,
 	}
 }

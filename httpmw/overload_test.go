@@ -1,0 +1,86 @@
+package httpmw_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/timeout"
+)
+
+// TestRejectedIs503: a bulkhead of one slot and no queue refuses a second
+// request while the first runs: the caller gets a 503 marked
+// RejectedHeader, and the server sees one request.
+func TestRejectedIs503(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bh := must(limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 1}))
+		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			return testserver.HTTPAnswer{Body: "ok", Delay: 100 * time.Millisecond}
+		}, must(chain.New(bh)))
+		first := make(chan error)
+		go func() {
+			resp, err := client.Get(srv.URL)
+			if err == nil {
+				resp.Body.Close()
+			}
+			first <- err
+		}()
+		time.Sleep(10 * time.Millisecond)
+		resp, err := client.Get(srv.URL)
+		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get(httpmw.RejectedHeader), "limit") {
+			t.Errorf("second request: %v, %v; want a 503 marked %s", resp, err, httpmw.RejectedHeader)
+		}
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err := <-first; err != nil {
+			t.Error(err)
+		}
+		if n := srv.Received.Load(); n != 1 {
+			t.Errorf("server received %d requests; want 1", n)
+		}
+	})
+}
+
+// TestHedgedGET: the server's first answer takes 1 s, the next 10 ms; a
+// GET hedged after 20 ms gets the hedge's body at 30 ms. The loser's
+// response is drained and closed.
+func TestHedgedGET(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int64
+		h := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			if n.Add(1) == 1 {
+				return testserver.HTTPAnswer{Body: "slow", Delay: time.Second}
+			}
+			return testserver.HTTPAnswer{Body: "fast", Delay: 10 * time.Millisecond}
+		}, must(chain.New(h, must(timeout.New(5*time.Second)))))
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		req := must(http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil))
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil && !errors.Is(err, io.EOF) || string(body) != "fast" || time.Since(start) != 30*time.Millisecond {
+			t.Errorf("got %q (%v) after %v; want \"fast\" after 30ms", body, err, time.Since(start))
+		}
+		if s := h.Stats(); s.Hedges != 1 || s.Wins != 1 {
+			t.Errorf("hedge stats %+v; want 1 hedge, 1 win", s)
+		}
+	})
+}
