@@ -10,7 +10,9 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -94,4 +96,25 @@ func TestHedgeSuccessAllocs(t *testing.T) {
 	if got > base {
 		t.Errorf("hedged chain allocates %v a call; want at most %v, as without the hedge", got, base)
 	}
+}
+
+// TestOuterTimeoutNeutralToGates: a call that the chain's overall timeout
+// cuts is the caller's end to a throttle and a limiter inside it: no
+// refusal, no drop.
+func TestOuterTimeoutNeutralToGates(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := mustNew(throttle.New(throttle.Settings{}))
+		l := mustNew(limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{}), InitialLimit: 10}))
+		c := mustNew(chain.New(mustNew(timeout.New(50*time.Millisecond)), th, l))
+		err := c.Do(t.Context(), func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		if !timeout.Expired(err) {
+			t.Fatalf("Do = %v; want the overall timeout", err)
+		}
+		if req, _ := th.Counts(); req != 0 || l.Limit() != 10 {
+			t.Errorf("throttle counts %d requests, limit %d; want 0 (neutral) and 10 (no drop)", req, l.Limit())
+		}
+	})
 }

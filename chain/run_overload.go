@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
@@ -80,7 +81,11 @@ func (c *Chain) runThrottle(ctx context.Context, i int, f frame, call func(conte
 		return err
 	}
 	err = s.next(c, ctx, i+1, f, call)
-	p.Done(err)
+	if outerCut(i, f, err) {
+		p.DoneNeutral()
+	} else {
+		p.Done(err)
+	}
 	return err
 }
 
@@ -92,7 +97,11 @@ func (c *Chain) runLimit(ctx context.Context, i int, f frame, call func(context.
 		return err
 	}
 	err = s.next(c, ctx, i+1, f, call)
-	p.Done(err)
+	if outerCut(i, f, err) {
+		p.DoneNeutral()
+	} else {
+		p.Done(err)
+	}
 	return err
 }
 
@@ -104,6 +113,17 @@ func (c *Chain) runBulkhead(ctx context.Context, i int, f frame, call func(conte
 		return err
 	}
 	err = s.next(c, ctx, i+1, f, call)
-	p.Done(err)
+	if outerCut(i, f, err) {
+		p.DoneNeutral()
+	} else {
+		p.Done(err)
+	}
 	return err
+}
+
+// outerCut reports an attempt of step i that a timeout outside the step
+// ended: the caller's deadline, as far as the step is concerned (as for a
+// breaker; see breakerFailed).
+func outerCut(i int, f frame, err error) bool {
+	return err != nil && f.owner >= 0 && f.owner < i && !time.Now().Before(f.deadline) && !bridge.BreakerMarked(err)
 }

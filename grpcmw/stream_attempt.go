@@ -24,7 +24,7 @@ type attempt struct {
 	timer   *time.Timer // the chain's timeout, while it applies
 	stop    func() bool // stops the watch of ctx
 	permits []breaker.Permit
-	gated   []permit // the gates' permits, taken before the breakers'
+	gated   []permit              // the gates' permits, taken before the breakers'
 	done    bool                  // the permits are reported
 	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
 }

@@ -48,6 +48,7 @@ type tracker struct {
 	computing  atomic.Bool
 	w          *latency.Window
 }
+
 func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 	if o.Quantile == 0 {
 		o.Quantile = 0.999
