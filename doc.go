@@ -10,6 +10,9 @@
 //   - retry: attempts, backoff, classification, pushback, retry budget
 //   - timeout: per-attempt and overall timeouts, fixed or adaptive
 //   - fallback: degraded answers when the breaker is open or a call fails
+//   - hedge: another attempt beside a slow one, within a budget
+//   - throttle: client-side adaptive throttling
+//   - limit: adaptive concurrency limit and bulkhead
 //   - chain: composition, the construction-time lint, fused timeouts
 //
 // The canonical order is fallback → overall timeout → retry → breaker →
