@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,6 +107,56 @@ func TestConcurrentLimiter(t *testing.T) {
 		}
 		if l.InFlight() != 0 || l.Queued() != 0 {
 			t.Errorf("%v: InFlight, Queued = %d, %d after the run; want 0, 0", alg, l.InFlight(), l.Queued())
+		}
+	}
+}
+
+// TestNoLostWakeup: with MaxWait 0 and contexts that never end, a waiter
+// whose hand-off were lost would wait forever. Many goroutines race the
+// lock-free releases against arrivals that queue, with the limit moving
+// (AIMD) or fixed (bulkhead); every call must be admitted.
+func TestNoLostWakeup(t *testing.T) {
+	b := mustBulkhead(t, limit.BulkheadSettings{MaxConcurrent: 2, MaxQueue: 64})
+	l := mustLimiter(t, limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{}), InitialLimit: 3, MinLimit: 1, MaxLimit: 6, MaxQueue: 64})
+	for name, p := range map[string]interface {
+		Do(context.Context, func(context.Context) error) error
+		InFlight() int
+		Queued() int
+	}{"bulkhead": b, "limiter": l} {
+		var n atomic.Int64
+		var queued atomic.Int64
+		call := func(context.Context) error {
+			runtime.Gosched() // others arrive while the slot is held, and queue
+			if p.Queued() > 0 {
+				queued.Add(1)
+			}
+			if n.Add(1)%3 == 0 {
+				return errTimeout
+			}
+			return nil
+		}
+		done := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				for range 300 {
+					if err := p.Do(context.Background(), call); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+						t.Errorf("%s: Do: %v", name, err)
+					}
+				}
+			})
+		}
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: stuck with %d in flight, %d queued", name, p.InFlight(), p.Queued())
+		}
+		if p.InFlight() != 0 || p.Queued() != 0 {
+			t.Errorf("%s: InFlight, Queued = %d, %d; want 0, 0", name, p.InFlight(), p.Queued())
+		}
+		if queued.Load() == 0 {
+			t.Errorf("%s: no call ever queued: the test tests nothing", name)
 		}
 	}
 }

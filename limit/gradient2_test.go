@@ -125,3 +125,24 @@ func TestGradient2Drop(t *testing.T) {
 		t.Fatalf("after 41 drops: Limit() = %d, want 8 (0.9e + 0.8 = e)", got)
 	}
 }
+
+// TestGradient2Recovery: when round trips fall to a quarter of their
+// long-term average (the end of an overload), the average is cut by 10 %
+// on each sample while longRtt/shortRtt > 2, instead of decaying over 600, and
+// the gradient stays at 1: the limit grows at once.
+func TestGradient2Recovery(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLimiter(t, limit.Settings{})
+		m := &model{estimate: 20, tolerance: 1.5}
+		for range 10 {
+			round(t, l, m, 1, 40*time.Millisecond)
+		}
+		round(t, l, m, 20, 10*time.Millisecond)
+		wantLimit(t, l, 28, "20 calls at a quarter of the average")
+		// Cut while above 2·10 ms (7 cuts: 40·0.9⁷ ≈ 19.1 ms), where the
+		// plain average would still be near 39 ms.
+		if m.long > float64(20*time.Millisecond) {
+			t.Errorf("long-term average %v, want <= 20ms", time.Duration(m.long))
+		}
+	})
+}
