@@ -107,6 +107,20 @@ func (p *Policy) deposit() {
 	}
 }
 
+// wait is how long a call runs before it is hedged: the delay while the
+// budget is at least half full, growing to twice the delay as it empties.
+// A call past the delay is a straggler more likely the longer it runs:
+// with the budget running low, the hedges left go to the calls most
+// likely to need them, rather than to the first ordinary slow calls past
+// the delay, which would leave none for the stragglers.
+func (p *Policy) wait() time.Duration {
+	d := p.Delay()
+	if t := p.tokens.Load(); 2*t < p.burst {
+		d += time.Duration(float64(d) * (1 - 2*float64(t)/float64(p.burst)))
+	}
+	return d
+}
+
 // take spends a hedge from the budget.
 func (p *Policy) take() bool {
 	for {
@@ -136,7 +150,7 @@ func (p *Policy) recompute(e int64) {
 		return
 	}
 	defer p.computing.Store(false)
-	if q, ok := p.win.Quantile(e, p.s.Quantile, uint64(p.s.MinSamples)); ok {
+	if q, ok := p.win.Interpolated(e, p.s.Quantile, uint64(p.s.MinSamples)); ok {
 		p.delay.Store(int64(min(max(q, p.s.MinDelay), p.s.MaxDelay)))
 	}
 }

@@ -137,15 +137,15 @@ func TestMaxHedges(t *testing.T) {
 }
 
 // TestBudget: 1,000 calls that all run past the delay make at most Burst +
-// Budget × calls hedges (10 + 50), not 1,000.
+// Budget × calls hedges (30 + 50), not 1,000.
 func TestBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := must(hedge.New(hedge.Settings{Delay: time.Millisecond}))
 		for range 1000 {
 			_ = p.Do(t.Context(), func(ctx context.Context) error { return sleepCtx(ctx, 5*time.Millisecond) })
 		}
-		if h := p.Stats().Hedges; h < 55 || h > 60 {
-			t.Errorf("%d hedges for 1,000 slow calls; want about 10 + 5 %% of 1,000", h)
+		if h := p.Stats().Hedges; h < 75 || h > 80 {
+			t.Errorf("%d hedges for 1,000 slow calls; want about 30 + 5 %% of 1,000", h)
 		}
 	})
 }

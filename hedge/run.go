@@ -58,7 +58,7 @@ func (p *Policy) start(ctx context.Context, r bridge.HedgeRunner) (context.Conte
 	}
 	x.ctx, x.r = ctx, r
 	actx := x.newAttempt(0)
-	x.timer.Reset(p.Delay())
+	x.timer.Reset(p.wait())
 	return actx, x
 }
 
@@ -87,7 +87,7 @@ func (x *run) fire() {
 	actx := x.newAttempt(n)
 	x.running++
 	if x.launched < x.p.s.MaxHedges {
-		x.timer.Reset(x.p.Delay())
+		x.timer.Reset(x.p.wait())
 	}
 	x.unlock()
 	x.p.hedges.Add(1)

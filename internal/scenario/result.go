@@ -20,6 +20,7 @@ type Result struct {
 	// P50 and P99 are the callers' latencies, successes and failures alike,
 	// of the requests that started in [F, F+H).
 	P50, P99 time.Duration
+	P999     time.Duration
 	// Detect is when the first request failed without reaching the
 	// downstream (a breaker rejected it), from F; -1 if none did.
 	Detect time.Duration
@@ -113,7 +114,7 @@ func measure(sc Scenario, reqs []request, sim *Sim) Result {
 		res.Amplification = float64(faultCalls) / float64(faultReqs)
 	}
 	slices.Sort(lat)
-	res.P50, res.P99 = quantileOf(lat, 0.5), quantileOf(lat, 0.99)
+	res.P50, res.P99, res.P999 = quantileOf(lat, 0.5), quantileOf(lat, 0.99), quantileOf(lat, 0.999)
 
 	base := 1.0
 	if warmReqs > 0 {

@@ -70,3 +70,22 @@ var Loads = []Load{
 	{Name: "open60", Rate: 0.6 * Model.Capacity(), Deadline: time.Second},
 	{Name: "closed20", Callers: 20, Pace: 100 * time.Millisecond, Deadline: time.Second},
 }
+
+// TailServer is the downstream of the tail scenario: 20 workers, lognormal
+// service times with p50 5 ms and p99 20 ms, a queue of 100; it stops
+// working on a request whose caller gave up (a hedge's loser frees its
+// worker).
+var TailServer = Server{Workers: 20, Queue: 100, Median: 5 * time.Millisecond, P99: 20 * time.Millisecond}
+
+// Straggle is hedging's scenario ("The Tail at Scale"): after a healthy
+// warm-up, 1 % of the requests take 100 times as long, for 60 s.
+var Straggle = Scenario{
+	Name:  "tail", // 1 % of the requests 100× slow
+	Fault: func(time.Duration) Fault { return Fault{Slow: 0.01, SlowBy: 100} },
+	Start: warmUp, Length: horizon, Horizon: horizon, Healed: 0,
+}
+
+// TailLoad is the tail scenario's load: an open loop at 25 % of the
+// healthy capacity (the stragglers take as much worker time again as all
+// the other requests), each request with a 5 s deadline.
+var TailLoad = Load{Name: "open25", Rate: 0.25 * TailServer.Capacity(), Deadline: 5 * time.Second}

@@ -35,6 +35,10 @@ type Fault struct {
 	Errors   float64 // the share of requests answered with an error after their service time
 	Hang     float64 // the share of requests whose answer never comes (it takes no worker)
 	Capacity float64 // the share of capacity left, in (0, 1]; 0 means 1 (healthy)
+	// Slow is the share of requests whose service time is SlowBy times
+	// what it would be: a tail of stragglers (hedging's case).
+	Slow   float64
+	SlowBy float64
 }
 
 // The errors of a simulated downstream. All are worth retrying.
@@ -190,9 +194,12 @@ func (m *Sim) Call(ctx context.Context) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
+	d := time.Duration(float64(m.s.Median) * math.Exp(m.sigma*z))
+	if f.Slow > 0 && m.rng.Float64() < f.Slow { // drawn only then: other scenarios keep their sequences
+		d = time.Duration(float64(d) * f.SlowBy)
+	}
 	m.mu.Unlock()
-	j := &job{ctx: ctx, done: make(chan error, 1), draw: draw,
-		d: time.Duration(float64(m.s.Median) * math.Exp(m.sigma*z))}
+	j := &job{ctx: ctx, done: make(chan error, 1), draw: draw, d: d}
 	select {
 	case m.queue <- j:
 	default:
