@@ -42,7 +42,12 @@ var tailStacks = []stackDef{
 // failsafeStack runs one failsafe-go policy with the caller's context,
 // handing the execution's context to the call.
 func failsafeStack(p failsafe.Policy[any]) scenario.Stack {
-	ex := failsafe.With[any](p)
+	return failsafeExec(failsafe.With[any](p))
+}
+
+// failsafeExec runs a failsafe-go executor with the caller's context,
+// handing the execution's context to the call.
+func failsafeExec(ex failsafe.Executor[any]) scenario.Stack {
 	return scenario.StackFunc(func(ctx context.Context, call func(context.Context) error) error {
 		return ex.WithContext(ctx).RunWithExecution(func(e failsafe.Execution[any]) error {
 			return call(e.Context())

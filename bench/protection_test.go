@@ -12,8 +12,11 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/scenario"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -57,6 +60,14 @@ type cg struct {
 	maxT          time.Duration // the adaptive timeout's Max (0: its default, 10 × the start)
 	order         string        // "" canonical; "breaker-outside"; "retry-when-open"
 	breakerless   bool
+	// The overload policies, in their canonical places: limit → retry →
+	// throttle → hedge → breaker → attempt timeout.
+	throttle bool
+	limit    string // "", "gradient2", "aimd", "bulkhead"
+	// limitOutside puts the limit outside the retry (CG024), rather than
+	// inside it, between the hedge and the breaker.
+	limitOutside bool
+	hedge        bool
 }
 
 func (c cg) stack() (scenario.Stack, error) {
@@ -86,8 +97,32 @@ func (c cg) stack() (scenario.Stack, error) {
 			return nil, err
 		}
 	}
+	var over []chain.Policy // inside the retry, outside the breaker
+	var lim chain.Policy
+	if c.limit != "" {
+		if lim, err = c.newLimit(); err != nil {
+			return nil, err
+		}
+	}
+	if c.throttle {
+		th, err := throttle.New(throttle.Settings{})
+		if err != nil {
+			return nil, err
+		}
+		over = append(over, th)
+	}
+	if c.hedge {
+		h, err := hedge.New(hedge.Settings{Delay: 100 * time.Millisecond, Quantile: 0.95})
+		if err != nil {
+			return nil, err
+		}
+		over = append(over, h)
+	}
+	if lim != nil && !c.limitOutside {
+		over = append(over, lim)
+	}
 	if c.breakerless {
-		ps = []chain.Policy{r}
+		ps = append([]chain.Policy{r}, over...)
 	} else {
 		b, err := breaker.New(breaker.Settings{
 			ConsecutiveFailures: c.consecutive, FailureRate: c.rate,
@@ -96,15 +131,18 @@ func (c cg) stack() (scenario.Stack, error) {
 		if err != nil {
 			return nil, err
 		}
-		ps = []chain.Policy{r, b}
+		ps = append(append([]chain.Policy{r}, over...), b)
 		if c.order == "breaker-outside" {
-			ps = []chain.Policy{b, r}
+			ps = append([]chain.Policy{b, r}, over...)
 		}
 	}
 	if att != nil {
 		ps = append(ps, att)
 	}
-	return chain.Options{Ignore: []string{"CG001", "CG002", "CG009", "CG013", "CG014"}}.New(ps...)
+	if lim != nil && c.limitOutside {
+		ps = append([]chain.Policy{lim}, ps...)
+	}
+	return chain.Options{Ignore: []string{"CG001", "CG002", "CG009", "CG013", "CG014", "CG018", "CG023", "CG024"}}.New(ps...)
 }
 
 func (c cg) describe() string {
@@ -165,6 +203,44 @@ func (c cg) describe() string {
 	default:
 		parts = append(parts, fmt.Sprintf("attempt timeout %v", c.attempt))
 	}
+	if o := c.overloadConfig(); o != "" {
+		parts = append(parts, o)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// newLimit makes the chain's limiter or bulkhead.
+func (c cg) newLimit() (chain.Policy, error) {
+	switch c.limit {
+	case "bulkhead":
+		return limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 20})
+	case "aimd":
+		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{})})
+	}
+	return limit.New(limit.Settings{})
+}
+
+// overloadConfig describes the overload policies of c.
+func (c cg) overloadConfig() string {
+	var parts []string
+	where := "inside the retry"
+	if c.limitOutside {
+		where = "outside the retry"
+	}
+	switch c.limit {
+	case "bulkhead":
+		parts = append(parts, "bulkhead 20 at once, no queue, "+where)
+	case "aimd":
+		parts = append(parts, "limit AIMD (limit.Settings defaults: from 20 in [1, 200], ×0.9 on a timeout), no queue, "+where)
+	case "gradient2":
+		parts = append(parts, "limit Gradient2 (limit.Settings defaults: from 20 in [1, 200], tolerance 1.5, short 10 / long 600 samples), no queue, "+where)
+	}
+	if c.throttle {
+		parts = append(parts, "throttle (throttle.Settings defaults: K 2 over 1m, at most 90% refused, after 20 requests) inside the retry")
+	}
+	if c.hedge {
+		parts = append(parts, "hedge after the observed p95 (from 100ms), 1 hedge, budget 5% (hedge.Settings defaults)")
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -173,12 +249,14 @@ func cgStack(name string, c cg) stackDef {
 }
 
 // recommended is callguard's recommended chain (docs/ordering.md): the
-// retry outside the breaker, without a budget; the breaker's default trip
-// rules, a short fixed stay, 2 of 3 probes to close; an adaptive attempt
-// timeout following the p99 of the last 5 s of answers.
+// retry outside the breaker, without a budget; an adaptive concurrency
+// limit (Gradient2, its defaults) inside the retry; the breaker's default
+// trip rules, a short fixed stay, 2 of 3 probes to close; an adaptive
+// attempt timeout following the p99 of the last 5 s of answers.
 var recommended = cg{
 	attempts: 3, initial: 100 * time.Millisecond, max: time.Second,
-	open: time.Second, successes: 2,
+	limit: "gradient2",
+	open:  time.Second, successes: 2,
 	attempt: 300 * time.Millisecond, adaptive: true, quantile: 0.99, window: 5 * time.Second, maxT: time.Second,
 }
 
@@ -213,6 +291,7 @@ func stacks() []stackDef {
 		cgStack("cg-CG001-retry-when-open", recommended.with(func(c *cg) { c.order = "retry-when-open" })),
 		cgStack("cg-CG009-no-attempt-timeout", recommended.with(func(c *cg) { c.attempt = 0 })),
 	}
+	out = append(out, overloadStacks()...)
 	if *experiments {
 		out = append(out, experimental...)
 	}

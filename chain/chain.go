@@ -67,7 +67,8 @@ type step struct {
 	hr *sync.Pool // of *hedgeRunner, for a hedge step
 	// hoist, for a hedge step, is the index of the attempt timeout whose
 	// context the hedge makes for each attempt, or -1: when only
-	// breakers, throttles and fixed timeouts lie inside the hedge, the
+	// breakers, throttles, limits that never queue and fixed timeouts lie
+	// inside the hedge, the
 	// soonest of those timeouts is the attempt's deadline, made at the
 	// hedge rather than a cancelable context there and a deadline inside.
 	hoist int
@@ -217,6 +218,14 @@ func (c *Chain) hoistable(i int) int {
 	for j := i + 1; j < len(c.steps); j++ {
 		switch s := &c.steps[j]; s.kind {
 		case kindBreaker, kindThrottle:
+		case kindLimit:
+			if s.p.(*limit.Limiter).Settings().MaxQueue > 0 {
+				return -1 // a wait in its queue would count against the attempt's timeout
+			}
+		case kindBulkhead:
+			if s.p.(*limit.Bulkhead).Settings().MaxQueue > 0 {
+				return -1
+			}
 		case kindTimeout:
 			if s.tx.Adaptive {
 				return -1

@@ -40,10 +40,11 @@ func Rules() []Rule {
 		{"CG017", "hedge inside a breaker: the breaker sees one outcome for several attempts; a half-open probe becomes several calls"},
 		{"CG018", "info: a chain's Do hedges every call; hedge only idempotent calls (the adapters do)"},
 		{"CG019", "fixed hedge delay below the declared median latency: the hedge budget goes to ordinary calls"},
-		{"CG020", "limiter or bulkhead inside a retry: each attempt takes a slot, and a rejection ends the retries at once"},
+		{"CG020", "info: limiter or bulkhead inside a retry: each attempt takes a slot, and a rejection ends the retries at once"},
 		{"CG021", "throttle inside a breaker: the breaker sees only what the throttle lets through and may stay half-open"},
 		{"CG022", "limiter or bulkhead queue wait at least the attempt timeout: a standing queue that spends the callers' time"},
 		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},
+		{"CG024", "limiter or bulkhead outside a retry: slots held through backoff waits; an adaptive limit measures whole requests"},
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
 )
 
@@ -95,11 +96,31 @@ func (l *linter) throttle(i int) {
 // in a queue of maxQueue (0: until its caller's context ends).
 func (l *linter) limit(i int, maxQueue int, maxWait time.Duration) {
 	p := l.steps[i].p
-	// CG020: inside a retry.
+	_, adaptive := p.(*limit.Limiter)
+	inside := false
 	for j := 0; j < i; j++ {
 		if o := l.steps[j]; o.kind == kindRetry {
-			l.warn("CG020", "%v is inside %v: each attempt takes a slot of its own (and waits in the queue again), so a request whose attempts fail holds the limit %d times as long as one call, and a rejection ends the retries at once (local rejections are not retried) where a retry after its backoff might have found a free slot. Fix: the limit outside the retry, limit → retry → breaker → attempt timeout, so a request takes one slot for all its attempts and waits for it once.",
+			inside = true
+			// CG020: inside a retry (its canonical place): say what a
+			// rejection does to the retries.
+			l.info("CG020", "%v is inside %v: each attempt takes a slot of its own, and a rejection ends the request's retries at once (callguard's retry never retries a local rejection: one made at once would be refused again, up to %d times). Under an overload, the requests whose first attempt failed are the first to lose their retries, which is the load the limit is there to shed. Fix: nothing, in the canonical order; to have a refused attempt wait for a slot instead, give the limit a queue with a MaxWait well below the attempt timeout.",
 				p, o.p, o.rx.Attempts)
+			break
+		}
+	}
+	// CG024: outside a retry.
+	if !inside {
+		for j := i + 1; j < len(l.steps); j++ {
+			o := l.steps[j]
+			if o.kind != kindRetry {
+				continue
+			}
+			what := "a request holds its slot through every attempt and every backoff wait, so the limit counts waits as load"
+			if adaptive {
+				what = "its round trips are whole requests, retries and backoff waits included, not the downstream's latency: when 20 % of answers hang, each retried request looks ten times slower and the limit collapses (bench, hang20: 8,916 successes against 10,908 with the limit inside the retry)"
+			}
+			l.warn("CG024", "%v wraps %v: %s. Fix: the limit inside the retry, retry → limit → breaker → attempt timeout, so each attempt takes a slot and is measured alone.",
+				p, o.p, what)
 			break
 		}
 	}

@@ -126,13 +126,19 @@ func TestRules(t *testing.T) {
 		{
 			code:    "CG020",
 			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), bh(limit.BulkheadSettings{MaxConcurrent: 10}), br(fiveConsecutive), to(time.Second)},
-			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
-			numbers: []string{"holds the limit 3 times as long"},
+			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10}), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"refused again, up to 3 times"},
+		},
+		{
+			code:    "CG024",
+			bad:     []chain.Policy{must(limit.New(limit.Settings{})), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), must(limit.New(limit.Settings{})), br(fiveConsecutive), to(time.Second)},
+			numbers: []string{"8,916 successes against 10,908"},
 		},
 		{
 			code:    "CG022",
-			bad:     []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: time.Second}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(500 * time.Millisecond)},
-			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: 50 * time.Millisecond}), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(500 * time.Millisecond)},
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: time.Second}), br(fiveConsecutive), to(500 * time.Millisecond)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), bh(limit.BulkheadSettings{MaxConcurrent: 10, MaxQueue: 20, MaxWait: 50 * time.Millisecond}), br(fiveConsecutive), to(500 * time.Millisecond)},
 			numbers: []string{"up to 1s for a slot", "the 500ms an attempt may run"},
 		},
 		{
@@ -295,8 +301,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 23 {
-		t.Errorf("%d rules documented, want 23", got)
+	if got := len(chain.Rules()); got != 24 {
+		t.Errorf("%d rules documented, want 24", got)
 	}
 }
 

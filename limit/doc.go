@@ -38,14 +38,17 @@
 // times out many calls at once, so a per-drop ratio of 0.5 would take the
 // limit to its minimum on one bad round trip (see [DefaultBackoffRatio]).
 //
-// [Gradient2] (Netflix's Gradient2Limit) compares each call's round trip
-// (shortRtt) with a long-term exponential average (longRtt, over 600
+// [Gradient2] (Netflix's Gradient2Limit) compares a short-term average of
+// the round trips (shortRtt, over 10 samples, as Netflix's WindowedLimit
+// feeds it) with a long-term exponential average (longRtt, over 600
 // samples) and moves the limit toward limit·gradient + QueueSize, with
 // gradient = max(0.5, min(1, Tolerance·longRtt/shortRtt)), by Smoothing
 // (0.2) of the way each sample. With steady latencies the limit grows by
 // QueueSize·Smoothing = 0.8 per sample; as latencies rise past Tolerance
 // (1.5) times their average it falls, by at most half the way per sample.
-// A drop counts as the gradient's floor. The formulas are in [Gradient2].
+// A drop is left out (Netflix's rule): answers that hang are the breaker's
+// business, latencies that grow under load the limit's. The formulas are
+// in [Gradient2].
 //
 // Gradient2 is the default, and the latency algorithm offered, rather than
 // Vegas (Netflix's VegasLimit), because it suits a client: Vegas estimates
