@@ -81,6 +81,7 @@ func TestTail(t *testing.T) {
 		t.Logf("%-22s p99.9 %7.1f ms [%.1f–%.1f]  p99 %6.1f ms  extra load %5.2f %% [%.2f–%.2f]  — %s", r.stack.name, p, plo, phi, p99, x, xlo, xhi, r.stack.config)
 		stat[r.stack.name] = [2]float64{phi, xhi}
 	}
+	t.Log("\n" + tailTable(runs))
 	none, cg := stat["none"], stat["callguard-hedge"]
 	if cut := none[0] / cg[0]; cut < 10 || cg[1] > 5 {
 		t.Errorf("callguard: p99.9 cut %.1f× at %.2f %% extra load (worst seeds); want ≥ 10× at ≤ 5 %%", cut, cg[1])
