@@ -105,7 +105,7 @@ func (s sweep) tables() string {
 		}
 	}
 	b.WriteString("\n### callguard against each peer (successes, wins / losses / ties over the cells)\n\n")
-	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "none", "naive-retry"} {
+	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "cg-no-limit", "none", "naive-retry"} {
 		w, l, tie := 0, 0, 0
 		var lost []string
 		for _, c := range s.cells {
@@ -130,9 +130,56 @@ func (s sweep) tables() string {
 		}
 		b.WriteString("\n")
 	}
+	b.WriteString(s.bestPeers())
 	b.WriteString("\n### Configurations\n\n")
 	for _, d := range stacks() {
 		fmt.Fprintf(&b, "- **%s**: %s\n", d.name, d.config)
 	}
+	return b.String()
+}
+
+// fullPeers are the peers' whole stacks (retry, breaker, timeout, and an
+// overload policy where named): in each cell, callguard's recommended chain
+// is held against the best of them.
+var fullPeers = []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead"}
+
+// bestPeers is the table of callguard against the best peer stack of each
+// cell (by median successes).
+func (s sweep) bestPeers() string {
+	var b strings.Builder
+	b.WriteString("\n### callguard against the best peer stack of each cell\n\n")
+	b.WriteString("| cell | callguard | best peer | its successes | verdict |\n|---|---|---|---|---|\n")
+	w, l, t := 0, 0, 0
+	for _, c := range s.cells {
+		a, ok := c.find("callguard")
+		if !ok {
+			continue
+		}
+		var best cellRuns
+		bestMed := -1.0
+		for _, name := range fullPeers {
+			if p, ok := c.find(name); ok {
+				if med, _, _ := p.stat(metrics[0].f); med > bestMed {
+					best, bestMed = p, med
+				}
+			}
+		}
+		if bestMed < 0 {
+			continue
+		}
+		v := compare(a, best)
+		switch v {
+		case "win":
+			w++
+		case "loss":
+			l++
+		default:
+			t++
+		}
+		am, alo, ahi := a.stat(metrics[0].f)
+		pm, plo, phi := best.stat(metrics[0].f)
+		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %s |\n", c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, pm, plo, phi, v)
+	}
+	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best peer stack of each cell.\n", w, l, t)
 	return b.String()
 }

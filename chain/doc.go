@@ -6,7 +6,12 @@
 //
 //	overall timeout → retry → breaker → per-attempt timeout → call
 //
-// with a fallback, if any, outermost. Retry outside the breaker lets the
+// with a fallback, if any, outermost, and the overload policies, when
+// used, between the retry and the breaker:
+//
+//	retry → throttle → hedge → limit or bulkhead → breaker → per-attempt timeout
+//
+// (docs/ordering.md says why each goes where it does; the lint checks it). Retry outside the breaker lets the
 // breaker count every attempt and the retry give up at once on
 // breaker.ErrOpen; an attempt timeout inside the breaker turns a hung call
 // into a failure the breaker can count, and frees a half-open probe slot.

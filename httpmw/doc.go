@@ -20,9 +20,19 @@
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
 // per-attempt timeout (see package chain); the lint checks it. Attempts run
-// one at a time, each response discarded before the next attempt: a policy
-// of your own that runs attempts at once (hedging) gets an error for a
-// second one in flight.
+// one at a time, each response discarded before the next attempt, except
+// under a hedge (package hedge, or a policy of your own that runs attempts
+// at once): then the attempts of a request that may be retried (an
+// idempotent method or an Idempotency-Key, a body GetBody can replay) run
+// at once, each with its own copy of the body; the first success is the
+// answer, the others are drained and closed. Another request is not
+// hedged: a second attempt in flight gets an error.
+//
+// A local rejection (a throttle, a limiter or a bulkhead refused the
+// request before it was sent: callguard.ErrRejected) is answered with a
+// 503 Service Unavailable marked [RejectedHeader], as a server shedding
+// load would answer; a rejection after an attempt was sent (a retry
+// refused) gives the caller that attempt's response.
 //
 // # What is a failure
 //

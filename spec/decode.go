@@ -75,8 +75,9 @@ func describe(n *yaml.Node) string {
 // mapping is a YAML mapping whose keys were checked against the known
 // fields: each is known and given once.
 type mapping struct {
-	keys map[string]*yaml.Node // the key nodes, by name
-	vals map[string]*yaml.Node // the values, aliases followed
+	known []string              // the fields it may have
+	keys  map[string]*yaml.Node // the key nodes, by name
+	vals  map[string]*yaml.Node // the values, aliases followed
 }
 
 // val returns the value of field name, or nil if it is not given.
@@ -88,7 +89,7 @@ func mapOf(n *yaml.Node, path, what string, known ...string) (*mapping, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, errorf(n, path, "expected %s (a mapping of %s), got %s", what, strings.Join(known, ", "), describe(n))
 	}
-	m := &mapping{keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
+	m := &mapping{known: known, keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {

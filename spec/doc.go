@@ -43,12 +43,13 @@
 // [time.ParseDuration]), never negative; a bare number is not a duration,
 // but for 0. Counts are whole numbers, rates and fractions numbers (0.5); flags are
 // true or false; names are strings. The canonical order is overall timeout
-// → retry → breaker → per-attempt timeout → call; the lint says what
-// another order will do.
+// → retry → (throttle → hedge → limit or bulkhead →) breaker → per-attempt
+// timeout → call; the lint says what another order will do.
 //
 // Each entry of chain is exactly one policy: a mapping with one of the keys
-// timeout, retry or breaker. A fallback cannot be in a file: its answer is
-// code. Build that chain from the file's policies instead:
+// timeout, retry, breaker, throttle, hedge, limit or bulkhead. A fallback
+// cannot be in a file: its answer is code. Build that chain from the
+// file's policies instead:
 //
 //	ps, err := s.Policies()
 //	…
@@ -58,7 +59,8 @@
 // the Go API says 0 means the default; the exceptions: what a Go
 // constructor takes as an argument must be given (a timeout's duration,
 // exponential's initial and max, a budget's ratio and perSecond, a latency
-// quantile's q and latency), and a breaker's trip rule must be given.
+// quantile's q and latency, a hedge's delay, a bulkhead's maxConcurrent),
+// and a breaker's trip rule must be given.
 //
 // # Timeouts
 //
@@ -118,6 +120,58 @@
 // consecutive failures or 50 % over 10 s; a file must say which rules it
 // wants, so a breaker without one is an error.
 //
+// # Overload policies
+//
+// A throttle ([throttle.New]), a hedge ([hedge.New]), a limit ([limit.New])
+// and a bulkhead ([limit.NewBulkhead]) are mappings of the fields of their
+// Settings but the func-typed ones, named alike. A throttle's IsAccepted
+// and a limit's IsDrop need code: a file's throttle and limit take the
+// default rules ([limit.IsDrop]).
+//
+//	throttle:                      # throttle.Settings; throttle: {} has every default
+//	  k: 2                         # K, >= 1 (0: 2)
+//	  window: 1m                   # Window (0: 1m)
+//	  maxRejectionRate: 0.9        # MaxRejectionRate, within [0, 1] (0: 0.9)
+//	  minRequests: 20              # MinRequests (0: 20)
+//	hedge:                         # hedge.Settings
+//	  delay: 20ms                  # Delay: required (with quantile, until minSamples)
+//	  quantile: 0.95               # Quantile, within [0, 1) (0: a fixed delay)
+//	  window: 1m                   # Window (0: 1m)
+//	  minSamples: 100              # MinSamples (0: 100)
+//	  minDelay: 2ms                # MinDelay (0: delay / 10)
+//	  maxDelay: 200ms              # MaxDelay (0: delay × 10)
+//	  maxHedges: 1                 # MaxHedges, within [1, 16] (0: 1)
+//	  budget: 0.05                 # Budget, hedges per call (0: 0.05)
+//	  burst: 30                    # Burst (0: 30)
+//	limit:                         # limit.Settings; limit: {} has every default
+//	  algorithm: gradient2         # gradient2 (limit.Gradient2, the default) or aimd (limit.AIMD)
+//	  initialLimit: 20             # InitialLimit (0: 20)
+//	  minLimit: 1                  # MinLimit (0: 1)
+//	  maxLimit: 200                # MaxLimit (0: 200)
+//	  maxQueue: 10                 # MaxQueue (0: no queue)
+//	  maxWait: 50ms                # MaxWait, with maxQueue (0: no bound but the caller's context)
+//	  smoothing: 0.2               # gradient2's Gradient2Settings: Smoothing (0: 0.2)
+//	  queueSize: 4                 # QueueSize (0: 4)
+//	  tolerance: 1.5               # Tolerance (0: 1.5)
+//	  longWindow: 600              # LongWindow (0: 600)
+//	  shortWindow: 10              # ShortWindow (0: 10)
+//	  backoffRatio: 0.9            # aimd's AIMDSettings: BackoffRatio (0: 0.9)
+//	bulkhead:                      # limit.BulkheadSettings
+//	  maxConcurrent: 10            # MaxConcurrent: required, >= 1
+//	  maxQueue: 20                 # MaxQueue (0: no queue)
+//	  maxWait: 50ms                # MaxWait, with maxQueue (0: no bound but the caller's context)
+//
+// A limit given the other algorithm's settings is an error. A chain with
+// them all, in their places:
+//
+//	chain:
+//	  - retry: {attempts: 3, budget: {ratio: 0.1, perSecond: 10}}
+//	  - throttle: {}
+//	  - hedge: {delay: 20ms, quantile: 0.95}
+//	  - limit: {maxLimit: 100, maxQueue: 10, maxWait: 50ms}   # or a bulkhead
+//	  - breaker: {consecutiveFailures: 5, openTimeout: 1s}
+//	  - timeout: 300ms
+//
 // # Errors
 //
 // Parse's errors, and Load's but for reading the file, are [*Error] values
@@ -126,7 +180,9 @@
 //	spec: line 7: chain[2].breaker.openTimeout: "5 secs" is not a duration (Go syntax: 300ms, 1.5s, 2m)
 //
 // A value that a policy's constructor rejects gets the constructor's error,
-// wrapped: errors.As finds a [*breaker.SettingsError] in it. Anchors and
+// wrapped: errors.As finds a [*breaker.SettingsError],
+// [*throttle.SettingsError] or [*limit.SettingsError] in it (hedge.New's
+// errors name the field in their text). Anchors and
 // aliases (&name, *name) may repeat a value; merge keys (<<) are not
 // supported, and a file holds one document.
 package spec

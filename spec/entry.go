@@ -7,7 +7,10 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 	"go.yaml.in/yaml/v3"
 )
@@ -15,11 +18,15 @@ import (
 // entry is one policy of the chain: its constructor's arguments, from
 // which build makes a new policy each time.
 type entry struct {
-	line    int    // of the policy's name
-	path    string // chain[i].name
-	retry   *retryArgs
-	breaker *breaker.Settings
-	timeout *timeoutArgs
+	line     int    // of the policy's name
+	path     string // chain[i].name
+	retry    *retryArgs
+	breaker  *breaker.Settings
+	timeout  *timeoutArgs
+	hedge    *hedge.Settings
+	throttle *throttle.Settings
+	limit    *limit.Settings
+	bulkhead *limit.BulkheadSettings
 }
 
 func (e entry) build() (chain.Policy, error) {
@@ -43,6 +50,26 @@ func (e entry) build() (chain.Policy, error) {
 		if t, err = e.timeout.build(); err == nil {
 			p = t
 		}
+	case e.hedge != nil:
+		var h *hedge.Policy
+		if h, err = hedge.New(*e.hedge); err == nil {
+			p = h
+		}
+	case e.throttle != nil:
+		var t *throttle.Throttle
+		if t, err = throttle.New(*e.throttle); err == nil {
+			p = t
+		}
+	case e.limit != nil:
+		var l *limit.Limiter
+		if l, err = limit.New(*e.limit); err == nil {
+			p = l
+		}
+	case e.bulkhead != nil:
+		var b *limit.Bulkhead
+		if b, err = limit.NewBulkhead(*e.bulkhead); err == nil {
+			p = b
+		}
 	default:
 		err = errors.New("no policy")
 	}
@@ -52,7 +79,7 @@ func (e entry) build() (chain.Policy, error) {
 	return p, nil
 }
 
-var policyNames = []string{"timeout", "retry", "breaker"}
+var policyNames = []string{"timeout", "retry", "breaker", "throttle", "hedge", "limit", "bulkhead"}
 
 // decodeEntry reads one item of chain: a mapping of exactly one policy.
 func decodeEntry(n *yaml.Node, path string) (entry, error) {
@@ -86,6 +113,14 @@ func decodeEntry(n *yaml.Node, path string) (entry, error) {
 		e.breaker, err = decodeBreaker(k, v, e.path)
 	case name == "timeout":
 		e.timeout, err = decodeTimeout(k, v, e.path)
+	case name == "hedge":
+		e.hedge, err = decodeHedge(k, v, e.path)
+	case name == "throttle":
+		e.throttle, err = decodeThrottle(k, v, e.path)
+	case name == "limit":
+		e.limit, err = decodeLimit(k, v, e.path)
+	case name == "bulkhead":
+		e.bulkhead, err = decodeBulkhead(k, v, e.path)
 	default:
 		return entry{}, errorf(k, e.path, "unknown policy; a policy is one of %s%s", strings.Join(policyNames, ", "), suggest(name, policyNames))
 	}

@@ -58,7 +58,7 @@ func TestUnknownFields(t *testing.T) {
 	checkErrors(t, []errorCase{
 		{"top", "chain: [timeout: 1s]\nchains: []", 2, "chains", ""},
 		{"lint", "lint:\n  strict: true\n  ignored: [CG013]\nchain: [timeout: 1s]", 3, "lint.ignored", ""},
-		{"policy", "chain:\n  - timeout: 1s\n  - hedge: {delay: 10ms}", 3, "chain[1].hedge", ""},
+		{"policy", "chain:\n  - timeout: 1s\n  - ratelimit: {rate: 10}", 3, "chain[1].ratelimit", ""},
 		{"retry", "chain:\n  - retry:\n      atempts: 3", 3, "chain[0].retry.atempts", ""},
 		{"retry.exponential", "chain:\n  - retry: {exponential: {initial: 1ms, max: 2ms, factor: 3}}", 2, "chain[0].retry.exponential.factor", ""},
 		{"retry.budget", "chain:\n  - retry:\n      budget:\n        ratio: 0.1\n        perSecond: 1\n        burst: 5", 6, "chain[0].retry.budget.burst", ""},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
@@ -91,4 +92,33 @@ func ExampleSpec_Policies() {
 	fmt.Println(len(c.Policies()), "policies")
 	// Output:
 	// 4 policies
+}
+
+// The overload policies, in their canonical places between the retry and
+// the breaker.
+func ExampleParse_overload() {
+	s, err := spec.Parse([]byte(`
+chain:                          # outermost first
+  - retry: {attempts: 3, budget: {ratio: 0.1, perSecond: 10}}
+  - throttle: {k: 2}
+  - hedge: {delay: 20ms, quantile: 0.95}
+  - limit: {algorithm: gradient2, maxLimit: 100, maxQueue: 10, maxWait: 50ms}
+  - breaker: {consecutiveFailures: 5, openTimeout: 1s}
+  - timeout: 300ms              # per attempt
+`))
+	if err != nil {
+		panic(err)
+	}
+	c, err := s.Chain()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(strings.ReplaceAll(c.String(), " → ", "\n→ "))
+	// Output:
+	// retry(3)
+	// → throttle(K 2, window 1m0s, max 90%, min 20 requests)
+	// → hedge(after p95, from 20ms; ≤ 1 hedge; budget 5 %)
+	// → limit(Gradient2(smoothing 0.2, queue 4, tolerance 1.5, long window 600), limit 20 in [1, 100], queue 10 for at most 50ms)
+	// → breaker(5 consecutive, open 1s, 3 probes)
+	// → timeout(300ms)
 }

@@ -16,7 +16,8 @@ import (
 // and the lint's options. It holds the arguments of each policy's
 // constructor, never a policy: [Spec.Chain] and [Spec.Policies] make new
 // policies each time, so two chains built from one Spec share no state (no
-// breaker, retry budget or adaptive timeout).
+// breaker, retry budget, adaptive timeout, throttle window, hedge budget or
+// limiter's slots).
 //
 // A Spec is immutable and safe for concurrent use. Make one with [Parse]
 // or [Load], which check everything a chain built from it could fail on;
@@ -147,7 +148,8 @@ func decodeNode(dec *yaml.Decoder, n *yaml.Node) (err error) {
 
 // Chain builds the spec's chain, with new policies, and lints it with the
 // spec's options ([Spec.Options]). Each call gives a chain of its own: its
-// breakers, retry budgets and adaptive timeouts start afresh.
+// breakers, retry budgets, adaptive timeouts and overload policies start
+// afresh.
 //
 // For a Spec from [Parse] or [Load] it does not fail: they built the chain
 // once already. To add what a file cannot hold, such as a fallback (whose
@@ -165,8 +167,9 @@ func (s *Spec) Chain() (*chain.Chain, error) {
 }
 
 // Policies returns new policies for the spec's chain, outermost first:
-// [*retry.Policy], [*breaker.Breaker] and [*timeout.Policy] values, made
-// afresh on each call. Use them to build a chain with more than the file
+// [*retry.Policy], [*breaker.Breaker], [*timeout.Policy],
+// [*throttle.Throttle], [*hedge.Policy], [*limit.Limiter] and
+// [*limit.Bulkhead] values, made afresh on each call. Use them to build a chain with more than the file
 // holds, e.g. a fallback outermost:
 //
 //	ps, err := s.Policies()

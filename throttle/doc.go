@@ -90,7 +90,8 @@
 // # Where it goes in a chain
 //
 // The canonical order with a throttle is overall timeout → retry →
-// throttle → breaker → per-attempt timeout → call.
+// throttle → (hedge → limit or bulkhead →) breaker → per-attempt timeout →
+// call.
 //
 // Inside the retry, the throttle sees each attempt as a request, as the
 // downstream does: a retry's attempts are requests too, and the book's
