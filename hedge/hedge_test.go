@@ -233,6 +233,7 @@ func TestSettingsErrors(t *testing.T) {
 		{hedge.Settings{Delay: 1, Budget: 2}, "Budget"},
 		{hedge.Settings{Delay: 1, Budget: -1}, "Budget"},
 		{hedge.Settings{Delay: 1, Burst: -1}, "Burst"},
+		{hedge.Settings{Delay: 1, Burst: 1e10}, "Burst"},
 	} {
 		_, err := hedge.New(tc.s)
 		if err == nil || !strings.Contains(err.Error(), "Settings."+tc.field) {

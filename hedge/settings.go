@@ -92,8 +92,8 @@ func (s Settings) withDefaults() (Settings, error) {
 		return s, fmt.Errorf("hedge: Settings.MaxHedges = %d: must be within [1, 16]", s.MaxHedges)
 	case !(s.Budget > 0 && s.Budget <= float64(s.MaxHedges)):
 		return s, fmt.Errorf("hedge: Settings.Budget = %v: must be within (0, MaxHedges = %d]", s.Budget, s.MaxHedges)
-	case s.Burst < 0:
-		return s, fmt.Errorf("hedge: Settings.Burst = %d: must be >= 0", s.Burst)
+	case s.Burst < 0 || s.Burst > 1e9:
+		return s, fmt.Errorf("hedge: Settings.Burst = %d: must be within [0, 1e9]", s.Burst)
 	}
 	return s, nil
 }

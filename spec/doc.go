@@ -162,7 +162,7 @@
 //	  maxWait: 50ms                # MaxWait, with maxQueue (0: no bound but the caller's context)
 //
 // A limit given the other algorithm's settings is an error. A chain with
-// them all, in their places:
+// them in their places (a hedge beside a retry wants its budget, CG023):
 //
 //	chain:
 //	  - retry: {attempts: 3, budget: {ratio: 0.1, perSecond: 10}}
