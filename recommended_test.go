@@ -8,7 +8,10 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -21,12 +24,22 @@ func TestRecommendedChainsAreClean(t *testing.T) {
 	attempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
 		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
 	}))
-	if _, err := (chain.Options{Strict: true}).New(r, b, attempt); err != nil {
+	l, _ := limit.New(limit.Settings{})
+	if _, err := (chain.Options{Strict: true}).New(r, l, b, attempt); err != nil {
 		t.Errorf("README's chain: %v", err)
 	}
 	fb, _ := fallback.New(func(context.Context, error) error { return nil })
 	overall, _ := timeout.New(3500 * time.Millisecond)
-	if _, err := (chain.Options{Strict: true}).New(fb, overall, r, b, attempt); err != nil {
+	if _, err := (chain.Options{Strict: true}).New(fb, overall, r, l, b, attempt); err != nil {
 		t.Errorf("docs/ordering.md's chain: %v", err)
+	}
+	// docs/ordering.md's and docs/overload.md's chain with every overload
+	// policy.
+	budget, _ := retry.NewBudget(0.1, 10)
+	rb, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.WithBudget(budget))
+	th, _ := throttle.New(throttle.Settings{})
+	h, _ := hedge.New(hedge.Settings{Delay: 50 * time.Millisecond, Quantile: 0.95})
+	if _, err := (chain.Options{Strict: true}).New(fb, overall, rb, th, h, l, b, attempt); err != nil {
+		t.Errorf("the chain with every overload policy: %v", err)
 	}
 }
