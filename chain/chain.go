@@ -96,10 +96,8 @@ func funcOf(k kind) stepFunc {
 		return (*Chain).runHedge
 	case kindThrottle:
 		return (*Chain).runThrottle
-	case kindLimit:
+	case kindLimit, kindBulkhead:
 		return (*Chain).runLimit
-	case kindBulkhead:
-		return (*Chain).runBulkhead
 	}
 	return (*Chain).runOpaque
 }

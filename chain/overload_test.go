@@ -118,3 +118,36 @@ func TestOuterTimeoutNeutralToGates(t *testing.T) {
 		}
 	})
 }
+
+// TestPanicReleasesSlot: a call that panics inside a bulkhead of one slot
+// gives the slot back; the next call is admitted.
+func TestPanicReleasesSlot(t *testing.T) {
+	bh := mustNew(limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 1}))
+	c := mustNew(chain.New(bh))
+	func() {
+		defer func() { _ = recover() }()
+		_ = c.Do(t.Context(), func(context.Context) error { panic("boom") })
+	}()
+	if err := c.Do(t.Context(), func(context.Context) error { return nil }); err != nil || bh.InFlight() != 0 {
+		t.Errorf("after a panic: Do = %v, %d in flight; want nil and 0", err, bh.InFlight())
+	}
+}
+
+// TestGatesAllocate nothing: a chain with a throttle, a limiter and a
+// bulkhead allocates no more per call than the same chain without them.
+func TestGatesAllocateNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	b := mustNew(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
+	to := mustNew(timeout.New(time.Second))
+	plain := mustNew(chain.New(b, to))
+	gated := mustNew(chain.New(mustNew(throttle.New(throttle.Settings{})), mustNew(limit.New(limit.Settings{})),
+		mustNew(limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 10})), b, to))
+	ctx := context.Background()
+	call := func(context.Context) error { return nil }
+	base := testing.AllocsPerRun(1000, func() { _ = plain.Do(ctx, call) })
+	if got := testing.AllocsPerRun(1000, func() { _ = gated.Do(ctx, call) }); got > base {
+		t.Errorf("with a throttle, a limiter and a bulkhead: %v allocations a call; want %v, as without", got, base)
+	}
+}

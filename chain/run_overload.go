@@ -75,44 +75,45 @@ func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Con
 
 // runThrottle runs the throttle step i.
 func (c *Chain) runThrottle(ctx context.Context, i int, f frame, call func(context.Context) error) error {
-	s := &c.steps[i]
-	p, err := s.p.(*throttle.Throttle).Allow(ctx)
+	p, err := c.steps[i].p.(*throttle.Throttle).Allow(ctx)
 	if err != nil {
 		return err
 	}
-	err = s.next(c, ctx, i+1, f, call)
-	if outerCut(i, f, err) {
-		p.DoneNeutral()
-	} else {
-		p.Done(err)
-	}
-	return err
+	return gated(c, ctx, i, f, call, p)
 }
 
-// runLimit runs the limiter step i.
+// runLimit runs the limiter or bulkhead step i.
 func (c *Chain) runLimit(ctx context.Context, i int, f frame, call func(context.Context) error) error {
-	s := &c.steps[i]
-	p, err := s.p.(*limit.Limiter).Acquire(ctx)
+	var p limit.Permit
+	var err error
+	switch l := c.steps[i].p.(type) {
+	case *limit.Limiter:
+		p, err = l.Acquire(ctx)
+	case *limit.Bulkhead:
+		p, err = l.Acquire(ctx)
+	}
 	if err != nil {
 		return err
 	}
-	err = s.next(c, ctx, i+1, f, call)
-	if outerCut(i, f, err) {
-		p.DoneNeutral()
-	} else {
-		p.Done(err)
-	}
-	return err
+	return gated(c, ctx, i, f, call, p)
 }
 
-// runBulkhead runs the bulkhead step i.
-func (c *Chain) runBulkhead(ctx context.Context, i int, f frame, call func(context.Context) error) error {
-	s := &c.steps[i]
-	p, err := s.p.(*limit.Bulkhead).Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	err = s.next(c, ctx, i+1, f, call)
+// gated runs what is inside step i under the permit p of its throttle,
+// limiter or bulkhead, and reports how it ended: neutral if a timeout
+// outside the step ended it (see outerCut) or it panicked (the slot is
+// given back, the panic goes on).
+func gated[P interface {
+	Done(error)
+	DoneNeutral()
+}](c *Chain, ctx context.Context, i int, f frame, call func(context.Context) error, p P) error {
+	finished := false
+	defer func() {
+		if !finished {
+			p.DoneNeutral()
+		}
+	}()
+	err := c.steps[i].next(c, ctx, i+1, f, call)
+	finished = true
 	if outerCut(i, f, err) {
 		p.DoneNeutral()
 	} else {
