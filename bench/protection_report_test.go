@@ -105,7 +105,7 @@ func (s sweep) tables() string {
 		}
 	}
 	b.WriteString("\n### callguard against each peer (successes, wins / losses / ties over the cells)\n\n")
-	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "cg-no-limit", "none", "naive-retry"} {
+	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "cg-no-limit", "cg-counts-refusals", "none", "naive-retry"} {
 		w, l, tie := 0, 0, 0
 		var lost []string
 		for _, c := range s.cells {

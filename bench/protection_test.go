@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"regexp"
@@ -64,6 +65,9 @@ type cg struct {
 	// throttle → hedge → breaker → attempt timeout.
 	throttle bool
 	limit    string // "", "gradient2", "aimd", "bulkhead"
+	// neutralRefusals: the breaker leaves the downstream's fast overload
+	// refusals (its queue full) out, to the limit.
+	neutralRefusals bool
 	// limitOutside puts the limit outside the retry (CG024), rather than
 	// inside it, between the hedge and the breaker.
 	limitOutside bool
@@ -124,10 +128,14 @@ func (c cg) stack() (scenario.Stack, error) {
 	if c.breakerless {
 		ps = append([]chain.Policy{r}, over...)
 	} else {
-		b, err := breaker.New(breaker.Settings{
+		bs := breaker.Settings{
 			ConsecutiveFailures: c.consecutive, FailureRate: c.rate,
 			OpenTimeout: c.open, MaxOpenTimeout: c.maxOpen, HalfOpenProbes: c.probes, HalfOpenSuccesses: c.successes,
-		})
+		}
+		if c.neutralRefusals {
+			bs.IsExcluded = func(err error) bool { return errors.Is(err, scenario.ErrOverloaded) }
+		}
+		b, err := breaker.New(bs)
 		if err != nil {
 			return nil, err
 		}
@@ -176,6 +184,9 @@ func (c cg) describe() string {
 		where := "inside the retry"
 		if c.order == "breaker-outside" {
 			where = "outside the retry"
+		}
+		if c.neutralRefusals {
+			where += ", overload refusals (queue full) left to the limit (IsExcluded)"
 		}
 		parts = append(parts, fmt.Sprintf("breaker %s, %s, %s, %s", strings.Join(rule, " or "), stay, probes, where))
 	}
@@ -251,12 +262,14 @@ func cgStack(name string, c cg) stackDef {
 // recommended is callguard's recommended chain (docs/ordering.md): the
 // retry outside the breaker, without a budget; an adaptive concurrency
 // limit (Gradient2, its defaults) inside the retry; the breaker's default
-// trip rules, a short fixed stay, 2 of 3 probes to close; an adaptive
-// attempt timeout following the p99 of the last 5 s of answers.
+// trip rules, leaving the downstream's overload refusals (its queue full:
+// grpcmw.Overloaded, httpmw.Overloaded) to the limit, a short fixed stay,
+// 2 of 3 probes to close; an adaptive attempt timeout following the p99 of
+// the last 5 s of answers.
 var recommended = cg{
 	attempts: 3, initial: 100 * time.Millisecond, max: time.Second,
-	limit: "gradient2",
-	open:  time.Second, successes: 2,
+	limit: "gradient2", neutralRefusals: true,
+	open: time.Second, successes: 2,
 	attempt: 300 * time.Millisecond, adaptive: true, quantile: 0.99, window: 5 * time.Second, maxT: time.Second,
 }
 

@@ -185,3 +185,17 @@ func toStatus(callerCtx context.Context, err, answer error) error {
 	}
 	return err
 }
+
+// Overloaded reports whether err is a downstream's refusal for overload:
+// an answer with codes.ResourceExhausted from the server (not one grpc-go
+// made itself, for a message over the send limit, which the interceptor
+// marks neutral before a breaker sees it). Give it to the breaker of a
+// chain that has a concurrency limit, as breaker.Settings.IsExcluded: the
+// breaker then leaves fast overload refusals to the limit, which sheds
+// just the excess, instead of opening on them and refusing everything for
+// its stay (docs/protection.md: 8,249 successes against 6,436 when the
+// downstream's capacity drops with a shallow queue under an open loop).
+func Overloaded(err error) bool {
+	var se interface{ GRPCStatus() *status.Status }
+	return errors.As(err, &se) && se.GRPCStatus().Code() == codes.ResourceExhausted
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/hedge"
@@ -120,6 +121,39 @@ func TestStreamGates(t *testing.T) {
 		h := must(hedge.New(hedge.Settings{Delay: time.Millisecond}))
 		if _, err := grpcmw.NewInterceptors(must(chain.New(h))); err == nil {
 			t.Error("a hedge for streams was accepted; want an error at construction")
+		}
+	})
+}
+
+// TestOverloaded: a server's ResourceExhausted is an overload refusal;
+// Unavailable and a local rejection are not.
+func TestOverloaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(n int64, _ string) testserver.GRPCAnswer {
+			if n == 1 {
+				return testserver.GRPCAnswer{Code: codes.ResourceExhausted}
+			}
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		})
+		defer srv.Stop()
+		var excluded []bool
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, IsExcluded: func(err error) bool {
+			excluded = append(excluded, grpcmw.Overloaded(err))
+			return grpcmw.Overloaded(err)
+		}}))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(b)))).DialOptions()...))
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		err := check(context.Background(), client)
+		if !grpcmw.Overloaded(err) || b.State() != breaker.StateClosed {
+			t.Errorf("ResourceExhausted: Overloaded %t, breaker %v; want true and closed (excluded)", grpcmw.Overloaded(err), b.State())
+		}
+		err = check(context.Background(), client)
+		if grpcmw.Overloaded(err) || b.State() != breaker.StateOpen {
+			t.Errorf("Unavailable: Overloaded %t, breaker %v; want false and open", grpcmw.Overloaded(err), b.State())
+		}
+		if len(excluded) != 2 || !excluded[0] || excluded[1] {
+			t.Errorf("the breaker asked about %v; want [true false]", excluded)
 		}
 	})
 }

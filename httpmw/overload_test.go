@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/httpmw"
@@ -81,6 +82,34 @@ func TestHedgedGET(t *testing.T) {
 		}
 		if s := h.Stats(); s.Hedges != 1 || s.Wins != 1 {
 			t.Errorf("hedge stats %+v; want 1 hedge, 1 win", s)
+		}
+	})
+}
+
+// TestOverloaded: through the transport, a 429 is an overload refusal
+// the breaker leaves out with IsExcluded: httpmw.Overloaded; a 503 is
+// not (it also means down) and opens it.
+func TestOverloaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, IsExcluded: httpmw.Overloaded}))
+		var n atomic.Int64
+		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			if n.Add(1) == 1 {
+				return testserver.HTTPAnswer{Status: http.StatusTooManyRequests}
+			}
+			return testserver.HTTPAnswer{Status: http.StatusServiceUnavailable}
+		}, must(chain.New(b)))
+		for i, want := range []breaker.State{breaker.StateClosed, breaker.StateOpen} {
+			resp, err := client.Get(srv.URL)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if b.State() != want {
+				t.Errorf("after answer %d: breaker %v; want %v", i+1, b.State(), want)
+			}
+		}
+		if httpmw.Overloaded(errors.New("x")) {
+			t.Error("Overloaded(a plain error) = true")
 		}
 	})
 }

@@ -298,6 +298,18 @@ type StatusError struct {
 	StatusCode int
 }
 
+// Overloaded reports whether err is a downstream's refusal for overload:
+// a 429 Too Many Requests (a 503 is left out: servers and proxies also
+// answer it when the downstream is down, which a breaker must see). Give
+// it to the breaker of a chain that has a concurrency limit, as
+// breaker.Settings.IsExcluded: the breaker then leaves fast overload
+// refusals to the limit, which sheds just the excess, instead of opening
+// on them and refusing everything for its stay (docs/protection.md).
+func Overloaded(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.StatusCode == http.StatusTooManyRequests
+}
+
 // Error gives the status code and text.
 func (e *StatusError) Error() string {
 	return "httpmw: " + strconv.Itoa(e.StatusCode) + " " + http.StatusText(e.StatusCode)
