@@ -8,6 +8,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
@@ -20,7 +21,7 @@ import (
 // the docs must not recommend what the lint warns about.
 func TestRecommendedChainsAreClean(t *testing.T) {
 	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second))
-	b, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2})
+	b, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2, IsExcluded: grpcmw.Overloaded})
 	attempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
 		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
 	}))
