@@ -10,6 +10,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/adaptivethrottler"
 	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
+	"github.com/failsafe-go/failsafe-go/hedgepolicy"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	fstimeout "github.com/failsafe-go/failsafe-go/timeout"
 )
@@ -43,6 +44,10 @@ func overloadStacks() []stackDef {
 		cgStack("throttle-only", cg{attempts: 1, throttle: true, breakerless: true, attempt: 300 * time.Millisecond}),
 		cgStack("limit-only", cg{attempts: 1, limit: "gradient2", breakerless: true}),
 		cgStack("bulkhead-only", cg{attempts: 1, limit: "bulkhead", breakerless: true}),
+		cgStack("hedge-only", cg{attempts: 1, hedge: true, breakerless: true}),
+		{"failsafe-hedge-only", "hedgepolicy.NewBuilderWithDelayQuantile(0.95, 1000, 100): after the observed p95, 1 hedge, no budget", func() (scenario.Stack, error) {
+			return failsafeStack(hedgepolicy.NewBuilderWithDelayQuantile[any](0.95, 1000, 100).Build()), nil
+		}},
 		{"failsafe-throttler-only", "adaptivethrottler.NewWithDefaults(): throttles above 10 % failures over 1m, at most 90 % refused", func() (scenario.Stack, error) {
 			return failsafeStack(adaptivethrottler.NewWithDefaults[any]()), nil
 		}},

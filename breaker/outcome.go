@@ -3,9 +3,9 @@ package breaker
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/internal/deadline"
 )
 

@@ -59,18 +59,35 @@ func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Con
 	if r == nil {
 		r = new(hedgeRunner)
 	}
-	f.hoisted = s.hoist >= 0
-	*r = hedgeRunner{c: c, i: i, f: f, call: call}
+	hf := f
+	hf.hoisted = s.hoist >= 0
+	*r = hedgeRunner{c: c, i: i, f: hf, call: call}
 	actx, h := s.hx.Start(ctx, r)
-	var err error
 	if h == nil {
-		err = s.next(c, actx, i+1, f, call)
-	} else {
-		err = h.Finish(s.next(c, actx, i+1, f, call))
+		// Not hedged (a call that is not idempotent): no attempt context
+		// was made here, the timeouts inside make theirs.
+		*r = hedgeRunner{}
+		s.hr.Put(r)
+		return s.next(c, actx, i+1, f, call)
 	}
+	err := c.hedged(actx, i, hf, call, h)
 	*r = hedgeRunner{}
 	s.hr.Put(r)
 	return err
+}
+
+// hedged runs the first attempt of the hedged call h and finishes it; if
+// the attempt panics, the hedges are canceled and waited for first.
+func (c *Chain) hedged(ctx context.Context, i int, f frame, call func(context.Context) error, h bridge.HedgeCall) error {
+	finished := false
+	defer func() {
+		if !finished {
+			h.Abort()
+		}
+	}()
+	err := c.steps[i].next(c, ctx, i+1, f, call)
+	finished = true
+	return h.Finish(err)
 }
 
 // runThrottle runs the throttle step i.

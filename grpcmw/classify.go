@@ -3,9 +3,9 @@ package grpcmw
 import (
 	"context"
 	"errors"
-	"github.com/callguard/callguard"
 	"math"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/deadline"

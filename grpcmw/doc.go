@@ -68,9 +68,14 @@
 // # Streams
 //
 // A stream applies the chain's retry, its breakers (nested chains
-// included) and its timeouts; a chain with anything else is refused for
-// streams, naming the policy. The breakers admit each attempt at a stream
-// and learn its final outcome (io.EOF is a success). The chain's timeouts
+// included), its timeouts, and its throttles, limiters and bulkheads; a
+// chain with anything else (a fallback, a hedge: a stream's messages
+// cannot be sent twice at once) is refused for streams, naming the policy.
+// The breakers admit each attempt at a stream and learn its final outcome
+// (io.EOF is a success); the throttles, limiters and bulkheads are asked
+// first, for each attempt wherever they stand in the chain, and a limiter's
+// or bulkhead's queue wait (up to its MaxWait) happens while the stream
+// starts its attempt, before it is handed to the caller. The chain's timeouts
 // bound each attempt's creation, not the wait for its first message:
 // [FirstMessageTimeout] bounds that, as a failure inside every breaker.
 //

@@ -3,6 +3,7 @@ package grpcmw_test
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,8 +17,11 @@ import (
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -154,6 +158,42 @@ func TestOverloaded(t *testing.T) {
 		}
 		if len(excluded) != 2 || !excluded[0] || excluded[1] {
 			t.Errorf("the breaker asked about %v; want [true false]", excluded)
+		}
+	})
+}
+
+// TestHedgedUnaryCallOptions: a hedge that wins gives the caller its
+// peer (and header and trailer) through the caller's own call options;
+// many hedged calls at once share nothing (run with -race).
+func TestHedgedUnaryCallOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := testserver.NewGRPCBufconn(func(n int64, _ string) testserver.GRPCAnswer {
+			if n%2 == 1 {
+				return testserver.GRPCAnswer{Delay: time.Second}
+			}
+			return testserver.GRPCAnswer{Delay: 10 * time.Millisecond}
+		})
+		defer srv.Stop()
+		h := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond, Budget: 1, Burst: 100}))
+		conn := must(srv.Dial(must(grpcmw.NewInterceptors(must(chain.New(h, must(timeout.New(5*time.Second)))), grpcmw.AllIdempotent(), grpcmw.UnaryOnly())).DialOptions()...))
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var p peer.Peer
+				var hd, tr metadata.MD
+				resp, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.Header(&hd), grpc.Trailer(&tr))
+				if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING || p.Addr == nil {
+					t.Errorf("Check: %v, %v, peer %v; want SERVING and the peer set", resp, err, p.Addr)
+				}
+			}()
+		}
+		wg.Wait()
+		if s := h.Stats(); s.Wins == 0 {
+			t.Errorf("hedge stats %+v; want hedges that won", s)
 		}
 	})
 }

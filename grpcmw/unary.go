@@ -2,9 +2,9 @@ package grpcmw
 
 import (
 	"context"
-	"errors"
 	"sync"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/telemetry"
@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // replyKey carries, under a chain with a fallback, the reply a fallback
@@ -58,8 +60,12 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if p.fallback {
 			cctx = context.WithValue(ctx, replyKey{}, reply)
 		}
-		if p.hedge && !idempotent {
-			cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
+		if p.hedge {
+			if !idempotent {
+				cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
+			} else if m, ok := reply.(proto.Message); ok {
+				u.replyType = m.ProtoReflect().Type() // here, before any attempt writes to reply
+			}
 		}
 		err = p.chain.Do(cctx, u.attempt)
 		if p.hedge {
@@ -95,9 +101,11 @@ type unaryCall struct {
 	// Under a hedge, attempts may run at once: the first of those in
 	// flight fills the caller's reply, the others replies of their own;
 	// mu guards the fields above and these.
-	mu    sync.Mutex
-	busy  bool // an attempt is filling reply
-	first any  // the reply of the first attempt to succeed
+	mu        sync.Mutex
+	busy      bool                     // an attempt is filling reply
+	won       bool                     // an attempt succeeded
+	winner    *hedgeOut                // what it filled, if not the caller's own
+	replyType protoreflect.MessageType // for the replies of attempts beside another (nil: not a proto.Message)
 }
 
 // attempt makes one attempt of the call.
@@ -145,29 +153,50 @@ func (u *unaryCall) probeOptions() []grpc.CallOption {
 }
 
 // errNoHedge refuses a concurrent attempt of a call whose reply is not a
-// protocol buffer message: there is no second reply to fill.
-var errNoHedge = breaker.Neutral(retry.Permanent(errors.New("grpcmw: a hedged attempt needs a reply of its own: the reply is not a proto.Message")))
+// protocol buffer message: there is no second reply to fill. It is a
+// local refusal (callguard.ErrRejected): the hedge sets it aside.
+var errNoHedge = breaker.Neutral(retry.Permanent(noHedge{}))
+
+type noHedge struct{}
+
+func (noHedge) Error() string {
+	return "grpcmw: a hedged attempt needs a reply of its own: the reply is not a proto.Message"
+}
+func (noHedge) Is(target error) bool { return target == callguard.ErrRejected }
+
+// hedgeOut is what an attempt that runs beside another fills instead of
+// the caller's own: its reply, and the header, trailer and peer the
+// caller asked for with call options.
+type hedgeOut struct {
+	reply           any
+	header, trailer metadata.MD
+	peer            peer.Peer
+}
 
 // hedgedAttempt makes one attempt of a call whose chain hedges: attempts
-// may run at once, each with its own reply and trailer.
+// may run at once. The first in flight fills the caller's reply and call
+// options; another fills a hedgeOut, which settleHedged copies to the
+// caller if it won.
 func (u *unaryCall) hedgedAttempt(ctx context.Context) error {
 	u.mu.Lock()
 	u.attempts++
 	n := u.attempts
-	own := !u.busy // this attempt fills the caller's reply
+	own := !u.busy
 	u.busy = true
 	u.mu.Unlock()
-	reply := u.reply
+	reply, opts := u.reply, u.opts
+	var out *hedgeOut
+	var trailer metadata.MD // for the pushback
 	if !own {
-		m, ok := u.reply.(proto.Message)
-		if !ok {
+		if u.replyType == nil {
+			u.mu.Lock()
+			u.attempts--
+			u.mu.Unlock()
 			return errNoHedge
 		}
-		reply = m.ProtoReflect().New().Interface()
-	}
-	var trailer metadata.MD
-	opts := u.opts
-	if u.idempotent {
+		out = &hedgeOut{reply: u.replyType.New().Interface()}
+		reply, opts = out.reply, u.hedgeOptions(out, &trailer)
+	} else if u.idempotent {
 		// The caller's options and a trailer of this attempt's own.
 		opts = append(u.opts[:len(u.opts)-1:len(u.opts)-1], grpc.Trailer(&trailer))
 	}
@@ -179,22 +208,55 @@ func (u *unaryCall) hedgedAttempt(ctx context.Context) error {
 	if own {
 		u.busy = false
 	}
-	if err == nil && u.first == nil {
-		u.first = reply
+	if err == nil && !u.won {
+		u.won, u.winner = true, out
 	}
 	u.answer = err
 	u.mu.Unlock()
 	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, trailer, u.idempotent && (u.maxAttempts == 0 || n < u.maxAttempts))
 }
 
-// settleHedged gives the caller the reply of the attempt that succeeded
-// first, once every attempt has returned.
+// hedgeOptions returns the call options of an attempt beside another: the
+// caller's, with the header, trailer and peer it asked for going to out
+// instead, and trailer for the pushback. A hedged call is idempotent: the
+// last of u.opts is the interceptor's own trailer option.
+func (u *unaryCall) hedgeOptions(out *hedgeOut, trailer *metadata.MD) []grpc.CallOption {
+	callerOpts := u.opts[:len(u.opts)-1]
+	opts := make([]grpc.CallOption, 0, len(callerOpts)+1)
+	for _, o := range callerOpts {
+		switch o.(type) {
+		case grpc.HeaderCallOption:
+			o = grpc.Header(&out.header)
+		case grpc.TrailerCallOption:
+			o = grpc.Trailer(&out.trailer)
+		case grpc.PeerCallOption:
+			o = grpc.Peer(&out.peer)
+		}
+		opts = append(opts, o)
+	}
+	return append(opts, grpc.Trailer(trailer))
+}
+
+// settleHedged gives the caller what the attempt that succeeded first
+// received, once every attempt has returned: if it was one beside the
+// first in flight, its reply, header, trailer and peer.
 func (u *unaryCall) settleHedged(err error) error {
-	if err != nil || u.first == nil || u.first == u.reply {
+	if err != nil || u.winner == nil {
 		return err
 	}
-	m := u.reply.(proto.Message) // a hedge's own reply exists only for a proto.Message
+	w := u.winner
+	m := u.reply.(proto.Message) // replyType is set only for a proto.Message
 	proto.Reset(m)
-	proto.Merge(m, u.first.(proto.Message))
+	proto.Merge(m, w.reply.(proto.Message))
+	for _, o := range u.opts[:len(u.opts)-1] {
+		switch o := o.(type) {
+		case grpc.HeaderCallOption:
+			*o.HeaderAddr = w.header
+		case grpc.TrailerCallOption:
+			*o.TrailerAddr = w.trailer
+		case grpc.PeerCallOption:
+			*o.PeerAddr = w.peer
+		}
+	}
 	return nil
 }

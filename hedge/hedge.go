@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -87,7 +88,15 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	if h == nil {
 		return call(actx)
 	}
-	return h.Finish(call(actx))
+	finished := false
+	defer func() {
+		if !finished {
+			h.Abort() // the first attempt panicked: no hedge outlives the call
+		}
+	}()
+	err := call(actx)
+	finished = true
+	return h.Finish(err)
 }
 
 // runner runs a plain function as an attempt (a func value in an
@@ -116,9 +125,24 @@ func (p *Policy) deposit() {
 func (p *Policy) wait() time.Duration {
 	d := p.Delay()
 	if t := p.tokens.Load(); 2*t < p.burst {
-		d += time.Duration(float64(d) * (1 - 2*float64(t)/float64(p.burst)))
+		extra := time.Duration(float64(d) * (1 - 2*float64(t)/float64(p.burst)))
+		if d > math.MaxInt64-extra {
+			return math.MaxInt64
+		}
+		d += extra
 	}
 	return d
+}
+
+// refund gives back a hedge's token (it was refused before it was sent).
+func (p *Policy) refund() {
+	p.hedges.Add(^uint64(0))
+	for {
+		t := p.tokens.Load()
+		if p.tokens.CompareAndSwap(t, min(t+1000, p.burst)) {
+			return
+		}
+	}
 }
 
 // take spends a hedge from the budget.

@@ -12,6 +12,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/hedge"
 )
 
@@ -283,3 +284,81 @@ func TestHedgePanics(t *testing.T) {
 		t.Error("Do returned; want a panic")
 	})
 }
+
+// TestFirstAttemptPanics: when the first attempt panics on the caller's
+// goroutine, the hedge running beside it is canceled and has returned
+// before the panic goes on.
+func TestFirstAttemptPanics(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := must(hedge.New(hedge.Settings{Delay: time.Millisecond}))
+		var hedgeDone atomic.Bool
+		func() {
+			defer func() {
+				if v := recover(); v != "boom" {
+					t.Errorf("recovered %v; want the first attempt's panic", v)
+				}
+				if !hedgeDone.Load() {
+					t.Error("the hedge was still running when the panic reached the caller")
+				}
+			}()
+			var n atomic.Int32
+			_ = p.Do(t.Context(), func(ctx context.Context) error {
+				if n.Add(1) == 2 {
+					err := sleepCtx(ctx, time.Hour)
+					hedgeDone.Store(true)
+					return err
+				}
+				time.Sleep(5 * time.Millisecond) // the hedge has started
+				panic("boom")
+			})
+		}()
+	})
+}
+
+// TestRefusedHedgeAside: a hedge refused before it was sent (a local
+// rejection) neither becomes the call's error nor spends the budget; the
+// call's error is the first attempt's, which ended last.
+func TestRefusedHedgeAside(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := must(hedge.New(hedge.Settings{Delay: 10 * time.Millisecond}))
+		errFirst := errors.New("first")
+		var n atomic.Int32
+		err := p.Do(t.Context(), func(ctx context.Context) error {
+			if n.Add(1) == 2 {
+				return refused{}
+			}
+			_ = sleepCtx(ctx, 50*time.Millisecond)
+			return errFirst
+		})
+		if err != errFirst || p.Stats().Hedges != 0 {
+			t.Errorf("Do = %v, %d hedges; want the first attempt's error and the refused hedge not counted", err, p.Stats().Hedges)
+		}
+	})
+}
+
+// TestLastErrorByTime: the hedge fails at 30 ms, the first attempt at
+// 100 ms: the call's error is the first attempt's, which ended last.
+func TestLastErrorByTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		errFirst, errHedge := errors.New("first"), errors.New("hedge")
+		var n atomic.Int32
+		err := p.Do(t.Context(), func(ctx context.Context) error {
+			if n.Add(1) == 2 {
+				_ = sleepCtx(ctx, 10*time.Millisecond)
+				return errHedge
+			}
+			_ = sleepCtx(ctx, 100*time.Millisecond)
+			return errFirst
+		})
+		if err != errFirst {
+			t.Errorf("Do = %v; want the error of the attempt that ended last (the first)", err)
+		}
+	})
+}
+
+// refused is a local rejection.
+type refused struct{}
+
+func (refused) Error() string        { return "refused" }
+func (refused) Is(target error) bool { return target == callguard.ErrRejected }

@@ -2,9 +2,11 @@ package hedge
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/hold"
 )
@@ -22,8 +24,9 @@ type run struct {
 	fired    bool // the timer fired: the run is not reused
 	closed   bool // Finish began: no more hedges
 	won      bool
-	launched int // hedges started
-	running  int // hedges whose result is not yet received
+	launched int   // hedges started
+	running  int   // hedges whose result is not yet received
+	last     error // the error of the attempt that ended last, a hedge refused before it was sent aside
 	attempts []attempt
 	results  chan result
 }
@@ -94,33 +97,34 @@ func (x *run) fire() {
 	go x.hedge(actx, n)
 }
 
-// hedge runs attempt n and reports its result. A panic is carried to
-// the caller's goroutine, which Finish panics on.
+// hedge runs attempt n and reports its result, however it ends: a panic
+// is carried to the caller's goroutine, which Finish panics on; a
+// runtime.Goexit (a test's FailNow in the call) reports errGoexit.
 func (x *run) hedge(ctx context.Context, n int) {
-	var err error
+	err := errGoexit
 	defer func() {
 		if v := recover(); v != nil {
 			err = &panicked{v}
-			x.lock()
-			x.ended(n, err)
-			x.unlock()
-			x.results <- result{n, err}
 		}
+		x.lock()
+		x.ended(n, err)
+		x.unlock()
+		x.results <- result{n, err}
 	}()
 	err = x.r.HedgeAttempt(ctx)
-	x.lock()
-	x.ended(n, err)
-	x.unlock()
-	x.results <- result{n, err}
 }
 
 // ended records that attempt n returned err; x locked. The first success
-// wins: the other attempts are canceled.
+// wins: the attempts still running are canceled. An attempt that ended
+// has its context ended through its hold, if it has one (a response the
+// caller may still read keeps it alive). A hedge refused before it was
+// sent (a local rejection: callguard.ErrRejected) gives its budget token
+// back and does not become the call's error while another attempt has an
+// answer.
 func (x *run) ended(n int, err error) {
 	a := &x.attempts[n]
 	a.ended = true
-	switch {
-	case err == nil && !x.won:
+	if err == nil && !x.won {
 		// The delay follows the first attempts' latencies, one per call:
 		// its own when it wins; when a hedge wins, the time it had run, a
 		// lower bound of its latency, which is what a quantile above the
@@ -136,12 +140,17 @@ func (x *run) ended(n int, err error) {
 				o.cancel()
 			}
 		}
-		if a.held != nil {
-			a.held.Finish() // canceled once the caller is done with the result
-		} else {
-			a.cancel()
-		}
-	default:
+	}
+	refused := n > 0 && err != nil && errors.Is(err, callguard.ErrRejected)
+	if refused {
+		x.p.refund()
+	}
+	if err != nil && (!refused || x.last == nil) {
+		x.last = err
+	}
+	if a.held != nil {
+		a.held.Finish() // canceled once nothing holds it
+	} else {
 		a.cancel()
 	}
 }
@@ -154,26 +163,27 @@ func (x *run) Finish(err error) error {
 	x.ended(0, err)
 	running, reuse := x.running, stopped && !x.fired
 	x.unlock()
-	won := err == nil
+	var pv *panicked
 	for ; running > 0; running-- {
 		r := <-x.results
-		if p, ok := r.err.(*panicked); ok {
-			defer panic(p.v) // after the other attempts have returned
-		}
-		if r.err == nil {
-			won = true
-		} else if !won {
-			err = r.err // the attempt that ended last
+		if p, ok := r.err.(*panicked); ok && pv == nil {
+			pv = p
 		}
 	}
-	if won {
+	x.lock()
+	err = x.last
+	if x.won {
 		err = nil
 	}
+	x.unlock()
 	if reuse {
-		x.ctx, x.r = nil, nil
+		x.ctx, x.r, x.last = nil, nil, nil
 		x.launched, x.running, x.won, x.closed = 0, 0, false, false
 		clear(x.attempts)
 		x.p.pool.Put(x)
+	}
+	if pv != nil {
+		panic(pv.v) // after every attempt has returned
 	}
 	return err
 }
@@ -182,3 +192,17 @@ func (x *run) Finish(err error) error {
 type panicked struct{ v any }
 
 func (p *panicked) Error() string { return "hedge: a hedged attempt panicked" }
+
+// errGoexit is the result of a hedge whose call ended its goroutine
+// (runtime.Goexit).
+var errGoexit = errors.New("hedge: a hedged attempt ended its goroutine (runtime.Goexit)")
+
+// Abort ends the call after the first attempt panicked on the caller's
+// goroutine: the other attempts are canceled and waited for, so that none
+// outlives the call; the caller's panic then goes on.
+func (x *run) Abort() {
+	defer func() { _ = recover() }() // a hedge's panic too: the caller's goes on
+	_ = x.Finish(errAborted)
+}
+
+var errAborted = errors.New("hedge: the first attempt panicked")

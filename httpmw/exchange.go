@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/deferred"
@@ -41,7 +42,7 @@ type exchange struct {
 // The conditions of the client's own making: neutral to the breakers (they
 // say nothing of the server's health) and final.
 var (
-	errConcurrent = breaker.Neutral(retry.Permanent(errors.New("httpmw: an attempt at once with another of a request that cannot be retried, after another succeeded, or after RoundTrip returned")))
+	errConcurrent = breaker.Neutral(retry.Permanent(refusal("httpmw: an attempt at once with another of a request that cannot be retried, after another succeeded, or after RoundTrip returned")))
 	errNoReplay   = breaker.Neutral(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
 )
 
@@ -118,9 +119,7 @@ func (x *exchange) attempt(actx context.Context) error {
 		}
 		return breaker.NotFailure(retry.Permanent(err))
 	}
-	if concurrent || x.inflight > 0 {
-		x.discard() // an attempt at once with others: the latest answer is kept
-	}
+	x.discard() // an earlier answer (a hedge's failure, say): the latest is kept
 	x.last, x.held = resp, hold.Hold(actx)
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		x.won = true
@@ -229,3 +228,10 @@ func drainClose(body io.ReadCloser, upTo int64, d time.Duration) {
 	}
 	_ = body.Close()
 }
+
+// refusal is an attempt the exchange refused before sending it: a local
+// refusal (callguard.ErrRejected), which a hedge sets aside.
+type refusal string
+
+func (r refusal) Error() string      { return string(r) }
+func (refusal) Is(target error) bool { return target == callguard.ErrRejected }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -110,6 +111,83 @@ func TestOverloaded(t *testing.T) {
 		}
 		if httpmw.Overloaded(errors.New("x")) {
 			t.Error("Overloaded(a plain error) = true")
+		}
+	})
+}
+
+// TestUnhedgedPOSTKeepsTimeout: a request that is not hedged (a POST) in
+// a chain whose hedge makes the attempt timeout's context still has its
+// attempt timeout.
+func TestUnhedgedPOSTKeepsTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			return testserver.HTTPAnswer{Body: "late", Delay: time.Second}
+		}, must(chain.New(h, must(timeout.New(100*time.Millisecond)))))
+		start := time.Now()
+		resp, err := client.Post(srv.URL, "text/plain", strings.NewReader("x"))
+		if err == nil {
+			resp.Body.Close()
+		}
+		if err == nil || time.Since(start) != 100*time.Millisecond {
+			t.Errorf("POST: %v after %v; want the 100ms attempt timeout", err, time.Since(start))
+		}
+	})
+}
+
+// TestHedgeFailureDiscarded: the hedge answers 503 at once, the first
+// attempt 200 later: the caller gets the 200, and the 503's body is
+// closed.
+func TestHedgeFailureDiscarded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		var failed *closeCounter
+		var mu sync.Mutex
+		base := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if n.Add(1) == 1 {
+				time.Sleep(100 * time.Millisecond)
+				resp, _ := answer(200, nil, "ok")
+				return resp, nil
+			}
+			resp, c := answer(503, nil, "busy")
+			mu.Lock()
+			failed = c
+			mu.Unlock()
+			return resp, nil
+		})
+		h := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		client := &http.Client{Transport: must(httpmw.New(base, must(chain.New(h, must(timeout.New(time.Second))))))}
+		resp, err := client.Get("http://callguard.test/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if resp.StatusCode != 200 || string(body) != "ok" || failed == nil || failed.closes.Load() == 0 {
+			t.Errorf("got %d %q; the hedge's 503 body closed: %v; want 200 ok and the 503 closed", resp.StatusCode, body, failed != nil && failed.closes.Load() > 0)
+		}
+	})
+}
+
+// TestHedgedFailureReadable: when every attempt fails, the failure the
+// caller gets has a body it can read in full, as without a hedge.
+func TestHedgedFailureReadable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		big := strings.Repeat("x", 1<<20)
+		h := must(hedge.New(hedge.Settings{Delay: 20 * time.Millisecond}))
+		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+			return testserver.HTTPAnswer{Status: http.StatusServiceUnavailable, Body: big, Delay: 50 * time.Millisecond, BodyDelay: 10 * time.Millisecond}
+		}, must(chain.New(h, must(timeout.New(time.Second)))))
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 503 || len(b) != len(big) || err != nil {
+			t.Errorf("got %d, read %d bytes, %v; want 503 and the whole body", resp.StatusCode, len(b), err)
 		}
 	})
 }

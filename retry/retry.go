@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/callguard/callguard"
 	"math"
 	"sync/atomic"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/cenkalti/backoff/v4"

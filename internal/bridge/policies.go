@@ -138,9 +138,12 @@ type HedgeRunner interface {
 type HedgeCall interface {
 	// Finish takes the error of the first attempt, which the caller ran
 	// itself, and returns the call's: nil if any attempt succeeded, else
-	// the error of the attempt that ended last. It returns once every
-	// attempt it started has ended.
+	// the error of the attempt that ended last (a hedge refused before it
+	// was sent aside). It returns once every attempt it started has ended.
 	Finish(err error) error
+	// Abort ends the call when the first attempt panicked: the hedges are
+	// canceled and waited for.
+	Abort()
 }
 
 // Hedge is what the chain, its lint and the adapters know of a

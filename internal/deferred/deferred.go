@@ -8,10 +8,13 @@ package deferred
 import "github.com/callguard/callguard/breaker"
 
 // Set is the deferred permits of one call. It is not safe for concurrent
-// use: the chain adds to it on the call's goroutine, and the adapter
-// reports it once, after the call has returned (an HTTP exchange hands the
-// response over to its caller in between, which orders the two). The zero
-// Set is empty.
+// use: the chain adds to it for the attempt that succeeded — on the
+// call's goroutine, or on a hedge's, where the adapter lets one attempt
+// only succeed (httpmw's exchange), and the hedge's Finish, which waits
+// for that goroutine, orders the add before the call returns — and the
+// adapter reports it once, after the call has returned (an HTTP exchange
+// hands the response over to its caller in between, which orders the
+// two). The zero Set is empty.
 type Set struct {
 	first breaker.Permit // the usual case: one breaker
 	n     int
