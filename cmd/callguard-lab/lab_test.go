@@ -69,6 +69,16 @@ func TestC1EndToEnd(t *testing.T) {
 // TestWhatIf runs --chain on the spec package's example, in virtual time:
 // every scenario gets a table with the chain's numbers.
 func TestWhatIf(t *testing.T) {
+	t.Run("overload", func(t *testing.T) {
+		// The overload policies' canonical places: the lab knows them.
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{"--chain", "../../spec/testdata/overload.yaml"}, &stdout, &stderr); code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "already in the canonical order") {
+			t.Errorf("spec/testdata/overload.yaml is in the canonical order, and the lab should say so:\n%s", stdout.String())
+		}
+	})
 	var stdout, stderr bytes.Buffer
 	out := filepath.Join(t.TempDir(), "w.json")
 	dir := filepath.Join(t.TempDir(), "report")

@@ -16,12 +16,15 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/internal/virtual"
+	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/spec"
+	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -280,6 +283,8 @@ func canonicalOrder(ps []chain.Policy) []int {
 			longest = max(longest, t.Timeout())
 		}
 	}
+	// fallback → overall timeout → retry → throttle → hedge → limit or
+	// bulkhead → breaker → attempt timeout (docs/ordering.md).
 	rank := func(p chain.Policy) int {
 		switch v := p.(type) {
 		case *fallback.Policy:
@@ -288,13 +293,19 @@ func canonicalOrder(ps []chain.Policy) []int {
 			if timeouts > 1 && v.Timeout() == longest {
 				return 1
 			}
-			return 4
+			return 7
 		case *retry.Policy:
 			return 2
-		case *breaker.Breaker:
+		case *throttle.Throttle:
 			return 3
+		case *hedge.Policy:
+			return 4
+		case *limit.Limiter, *limit.Bulkhead:
+			return 5
+		case *breaker.Breaker:
+			return 6
 		}
-		return 5
+		return 8
 	}
 	idx := make([]int, len(ps))
 	for i := range idx {
