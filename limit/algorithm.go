@@ -27,6 +27,9 @@ type engine interface {
 	// the calls in flight at its admission (itself included), and whether
 	// it was a drop.
 	sample(rtt time.Duration, inflight int, drop bool)
+	// timed reports whether sample reads rtt: if not, the limiter does
+	// not read the clock (two reads a call).
+	timed() bool
 }
 
 // Defaults of [AIMDSettings].
@@ -81,6 +84,8 @@ type aimdEngine struct {
 	ratio    float64
 	min, max int64
 }
+
+func (*aimdEngine) timed() bool { return false }
 
 func (e *aimdEngine) sample(_ time.Duration, inflight int, drop bool) {
 	for {
@@ -237,6 +242,8 @@ type gradient2Engine struct {
 	shortRtt float64 // in nanoseconds; 0 before the first sample
 	warm     int     // samples in longRtt, up to warmupSamples
 }
+
+func (*gradient2Engine) timed() bool { return true }
 
 func (e *gradient2Engine) sample(rtt time.Duration, inflight int, drop bool) {
 	if drop {

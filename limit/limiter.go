@@ -123,6 +123,7 @@ type Limiter struct {
 	c      core
 	s      Settings
 	alg    engine
+	timed  bool // alg reads round trips
 	isDrop func(error) bool
 }
 
@@ -139,6 +140,7 @@ func New(s Settings) (*Limiter, error) {
 	}
 	l.c.init(s.InitialLimit, s.MaxQueue, s.MaxWait)
 	l.alg = s.Algorithm.engine(&l.c, s)
+	l.timed = l.alg.timed()
 	return l, nil
 }
 
@@ -158,7 +160,11 @@ func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
 	if err != nil {
 		return Permit{}, err
 	}
-	return Permit{c: &l.c, l: l, ctx: ctx, start: time.Now(), inflight: n}, nil
+	p := Permit{c: &l.c, l: l, ctx: ctx, inflight: n}
+	if l.timed {
+		p.start = time.Now()
+	}
+	return p, nil
 }
 
 // Do runs call once a slot is free, feeds its outcome to the algorithm and
@@ -192,12 +198,20 @@ func (l *Limiter) Queued() int { return int(l.c.queued.Load()) }
 func (l *Limiter) done(p *Permit, err error) {
 	switch {
 	case err == nil:
-		l.alg.sample(time.Since(p.start), p.inflight, false)
+		l.alg.sample(l.rtt(p), p.inflight, false)
 	case deadline.Ended(p.ctx):
 	case l.isDrop(err):
-		l.alg.sample(time.Since(p.start), p.inflight, true)
+		l.alg.sample(l.rtt(p), p.inflight, true)
 	}
 	l.c.release()
+}
+
+// rtt is the time p's call took, if the algorithm reads it.
+func (l *Limiter) rtt(p *Permit) time.Duration {
+	if !l.timed {
+		return 0
+	}
+	return time.Since(p.start)
 }
 
 // Permit is the admission of one call by [Limiter.Acquire] or
