@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
@@ -34,7 +35,7 @@ type Outcome string
 const (
 	OK       Outcome = "ok"       // the downstream answered well
 	Failed   Outcome = "failed"   // the downstream failed, retries or not
-	Rejected Outcome = "rejected" // a breaker refused, or ended the retries
+	Rejected Outcome = "rejected" // a breaker refused, or ended the retries; or a throttle, a limit or a bulkhead refused
 	TimedOut Outcome = "timeout"  // a timeout of the chain ended it
 	Canceled Outcome = "canceled" // the caller canceled, or its deadline passed
 )
@@ -45,7 +46,7 @@ func Classify(ctx context.Context, err error) Outcome {
 	switch {
 	case err == nil:
 		return OK
-	case errors.Is(err, breaker.ErrOpen):
+	case errors.Is(err, breaker.ErrOpen), errors.Is(err, callguard.ErrRejected):
 		return Rejected
 	case timeout.Expired(err):
 		return TimedOut

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
@@ -28,5 +30,20 @@ func TestSeriesBounded(t *testing.T) {
 	other := tel.sets[callKey{"(other)", "(other)", OK}]
 	if len(tel.sets) > maxSets+1 || total != calls || other == nil || other.n.Load() != calls-maxSets {
 		t.Errorf("%d attribute sets for %d calls (%d counted, %v under (other)); want at most %d sets, every call counted", len(tel.sets), calls, total, other, maxSets+1)
+	}
+}
+
+// TestClassifyRejected: a local rejection (a throttle's, a limit's, a
+// bulkhead's) is counted rejected, as a breaker's is.
+func TestClassifyRejected(t *testing.T) {
+	ctx := t.Context()
+	if got := Classify(ctx, fmt.Errorf("wrapped: %w", callguard.ErrRejected)); got != Rejected {
+		t.Errorf("Classify(ErrRejected) = %v; want %v", got, Rejected)
+	}
+	if got := Classify(ctx, breaker.ErrOpen); got != Rejected {
+		t.Errorf("Classify(ErrOpen) = %v; want %v", got, Rejected)
+	}
+	if got := Classify(ctx, fmt.Errorf("down")); got != Failed {
+		t.Errorf("Classify(an answer) = %v; want %v", got, Failed)
 	}
 }
