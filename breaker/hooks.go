@@ -24,6 +24,7 @@ func init() {
 	}
 	bridge.BreakerMarked = func(err error) bool { return markOf(err) != markNone }
 	bridge.BreakerNotFailure = func(err error) bool { return markOf(err) == markNotFailure }
+	bridge.BreakerFailure = func(err error) bool { return markOf(err) == markFailure }
 	bridge.BreakerClean = func(b any) bool {
 		bb, _ := b.(*Breaker)
 		return bb != nil && bb.clean()

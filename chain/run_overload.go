@@ -2,12 +2,16 @@ package chain
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
+	"github.com/callguard/callguard/timeout"
 )
 
 // runHedge runs the hedge step i: the first attempt on the caller's
@@ -110,6 +114,11 @@ func (c *Chain) runLimit(ctx context.Context, i int, f frame, call func(context.
 		p, err = l.Acquire(ctx)
 	}
 	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, callguard.ErrRejected) {
+			// The context ended while the call waited for a slot: it was
+			// never sent (a hedge canceled in the queue gets its token back).
+			err = &bridge.NotSent{Err: err}
+		}
 		return err
 	}
 	return gated(c, ctx, i, f, call, p)
@@ -131,9 +140,15 @@ func gated[P interface {
 	}()
 	err := c.steps[i].next(c, ctx, i+1, f, call)
 	finished = true
-	if outerCut(i, f, err) {
+	switch {
+	case outerCut(i, f, err):
 		p.DoneNeutral()
-	} else {
+	case f.hoisted && timeout.Expired(err) && !bridge.BreakerMarked(err):
+		// The attempt timeout inside the step ended it, through the
+		// context a hedge outside made for it (see step.hoist): the
+		// downstream's answer, though the step's context has ended.
+		p.Done(breaker.Failure(err))
+	default:
 		p.Done(err)
 	}
 	return err

@@ -2,11 +2,11 @@ package grpcmw
 
 import (
 	"context"
-	"sync"
 
 	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
+	att "github.com/callguard/callguard/internal/attempt"
 	"github.com/callguard/callguard/internal/telemetry"
 	"github.com/callguard/callguard/retry"
 	"google.golang.org/grpc"
@@ -60,20 +60,24 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if p.fallback {
 			cctx = context.WithValue(ctx, replyKey{}, reply)
 		}
-		if p.hedge {
-			if !idempotent {
-				cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
-			} else if m, ok := reply.(proto.Message); ok {
-				u.replyType = m.ProtoReflect().Type() // here, before any attempt writes to reply
+		if p.hedge && !idempotent {
+			cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
+		}
+		if idempotent {
+			if m, ok := reply.(proto.Message); ok {
+				// Here, before any attempt writes to reply: for attempts
+				// beside another (a hedge's, or a policy's of the user's own).
+				u.replyType = m.ProtoReflect().Type()
 			}
 		}
 		err = p.chain.Do(cctx, u.attempt)
-		if p.hedge {
-			err = u.settleHedged(err)
-		}
+		// The call's answer is decided: an attempt a policy left running
+		// is dropped when it answers.
+		attempts, _, _ := u.call.Close()
+		err = u.settle(err)
 		err = toStatus(ctx, err, u.answer)
 		if cfg.tel != nil {
-			cfg.tel.Call(key, method, telemetry.Classify(ctx, err), u.attempts)
+			cfg.tel.Call(key, method, telemetry.Classify(ctx, err), attempts)
 		}
 		return err
 	}
@@ -81,7 +85,9 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 
 // unaryCall is one intercepted unary call: one allocation for its state,
 // its attempts' call options (up to three of the caller's; more take a
-// slice of their own) and the trailer they fill in.
+// slice of their own) and the trailer they fill in. Which attempt won, and
+// whether another may still be sent, is its call's to decide
+// (internal/attempt): the unaryCall carries attempts out.
 type unaryCall struct {
 	cfg         *config
 	p           *prepared
@@ -92,38 +98,53 @@ type unaryCall struct {
 	invoker     grpc.UnaryInvoker
 	opts        []grpc.CallOption
 	buf         [4]grpc.CallOption
-	trailer     metadata.MD
+	trailer     metadata.MD // the trailer of the attempt alone in flight
 	idempotent  bool
 	maxAttempts int
-	attempts    int
-	answer      error // the last attempt's own error: the downstream's last answer
+	replyType   protoreflect.MessageType // for the replies of attempts beside another (nil: not a proto.Message)
+	call        att.Call
 
-	// Under a hedge, attempts may run at once: the first of those in
-	// flight fills the caller's reply, the others replies of their own;
-	// mu guards the fields above and these.
-	mu        sync.Mutex
-	busy      bool                     // an attempt is filling reply
-	won       bool                     // an attempt succeeded
-	winner    *hedgeOut                // what it filled, if not the caller's own
-	replyType protoreflect.MessageType // for the replies of attempts beside another (nil: not a proto.Message)
+	// Guarded by call's lock (set in Commit and Do), read after call.Close.
+	answer error     // the last attempt's own error: the downstream's last answer
+	winner *hedgeOut // what the attempt that won filled, if not the caller's own
 }
 
-// attempt makes one attempt of the call.
+// attempt makes one attempt of the call. An attempt alone in flight fills
+// the caller's reply and call options; one beside another (a hedge) fills
+// a hedgeOut, which settle copies to the caller if it won. A method not
+// declared idempotent never has two attempts in flight.
 func (u *unaryCall) attempt(ctx context.Context) error {
-	if u.p.hedge {
-		return u.hedgedAttempt(ctx)
+	a, err := u.call.Begin(u.idempotent)
+	if err != nil {
+		return err // refused before sending
 	}
-	u.attempts++
-	u.trailer = nil
-	opts := u.opts
+	defer a.Finish()
+	reply, opts, trailer := u.reply, u.opts, &u.trailer
+	var out *hedgeOut
+	if a.Alone {
+		u.trailer = nil
+	} else {
+		if u.replyType == nil {
+			return errNoHedge
+		}
+		out = &hedgeOut{reply: u.replyType.New().Interface()}
+		trailer = &out.pushback
+		reply, opts = out.reply, u.hedgeOptions(out)
+	}
 	if _, bounded := ctx.Deadline(); bounded && u.probe() {
 		// Only a probe with a deadline waits: one without would hold its
 		// slot for the whole outage.
-		opts = u.probeOptions()
+		opts = u.probeOptions(opts)
 	}
-	err := u.invoker(ctx, u.method, u.req, u.reply, u.cc, opts...)
-	u.answer = err
-	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, u.trailer, u.idempotent && (u.maxAttempts == 0 || u.attempts < u.maxAttempts))
+	err = u.invoker(ctx, u.method, u.req, reply, u.cc, opts...)
+	if err == nil {
+		if !a.Commit(func() { u.winner, u.answer = out, nil }) {
+			return att.ErrLost // another attempt won: this reply is dropped
+		}
+	} else if !a.Do(func() { u.answer = err }) {
+		return att.ErrLost
+	}
+	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
 }
 
 // probe reports an attempt made while a breaker of the chain is half-open
@@ -145,11 +166,11 @@ func halfOpen(bs []*breaker.Breaker) bool {
 // probeOptions returns the call options of a probe: the call's, and
 // WaitForReady, after telling a connection in TRANSIENT_FAILURE to
 // reconnect at once.
-func (u *unaryCall) probeOptions() []grpc.CallOption {
+func (u *unaryCall) probeOptions(opts []grpc.CallOption) []grpc.CallOption {
 	if u.cc != nil && u.cc.GetState() == connectivity.TransientFailure {
 		u.cc.ResetConnectBackoff()
 	}
-	return append(u.opts[:len(u.opts):len(u.opts)], grpc.WaitForReady(true))
+	return append(opts[:len(opts):len(opts)], grpc.WaitForReady(true))
 }
 
 // errNoHedge refuses a concurrent attempt of a call whose reply is not a
@@ -170,57 +191,15 @@ func (noHedge) Is(target error) bool { return target == callguard.ErrRejected }
 type hedgeOut struct {
 	reply           any
 	header, trailer metadata.MD
+	pushback        metadata.MD // the trailer, for the interceptor's own reading
 	peer            peer.Peer
-}
-
-// hedgedAttempt makes one attempt of a call whose chain hedges: attempts
-// may run at once. The first in flight fills the caller's reply and call
-// options; another fills a hedgeOut, which settleHedged copies to the
-// caller if it won.
-func (u *unaryCall) hedgedAttempt(ctx context.Context) error {
-	u.mu.Lock()
-	u.attempts++
-	n := u.attempts
-	own := !u.busy
-	u.busy = true
-	u.mu.Unlock()
-	reply, opts := u.reply, u.opts
-	var out *hedgeOut
-	var trailer metadata.MD // for the pushback
-	if !own {
-		if u.replyType == nil {
-			u.mu.Lock()
-			u.attempts--
-			u.mu.Unlock()
-			return errNoHedge
-		}
-		out = &hedgeOut{reply: u.replyType.New().Interface()}
-		reply, opts = out.reply, u.hedgeOptions(out, &trailer)
-	} else if u.idempotent {
-		// The caller's options and a trailer of this attempt's own.
-		opts = append(u.opts[:len(u.opts)-1:len(u.opts)-1], grpc.Trailer(&trailer))
-	}
-	if _, bounded := ctx.Deadline(); bounded && u.probe() {
-		opts = append(opts[:len(opts):len(opts)], grpc.WaitForReady(true))
-	}
-	err := u.invoker(ctx, u.method, u.req, reply, u.cc, opts...)
-	u.mu.Lock()
-	if own {
-		u.busy = false
-	}
-	if err == nil && !u.won {
-		u.won, u.winner = true, out
-	}
-	u.answer = err
-	u.mu.Unlock()
-	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, trailer, u.idempotent && (u.maxAttempts == 0 || n < u.maxAttempts))
 }
 
 // hedgeOptions returns the call options of an attempt beside another: the
 // caller's, with the header, trailer and peer it asked for going to out
 // instead, and trailer for the pushback. A hedged call is idempotent: the
 // last of u.opts is the interceptor's own trailer option.
-func (u *unaryCall) hedgeOptions(out *hedgeOut, trailer *metadata.MD) []grpc.CallOption {
+func (u *unaryCall) hedgeOptions(out *hedgeOut) []grpc.CallOption {
 	callerOpts := u.opts[:len(u.opts)-1]
 	opts := make([]grpc.CallOption, 0, len(callerOpts)+1)
 	for _, o := range callerOpts {
@@ -234,13 +213,13 @@ func (u *unaryCall) hedgeOptions(out *hedgeOut, trailer *metadata.MD) []grpc.Cal
 		}
 		opts = append(opts, o)
 	}
-	return append(opts, grpc.Trailer(trailer))
+	return append(opts, grpc.Trailer(&out.pushback))
 }
 
-// settleHedged gives the caller what the attempt that succeeded first
-// received, once every attempt has returned: if it was one beside the
-// first in flight, its reply, header, trailer and peer.
-func (u *unaryCall) settleHedged(err error) error {
+// settle gives the caller what the attempt that won received, once every
+// attempt has returned: if it was one beside another, its reply, header,
+// trailer and peer.
+func (u *unaryCall) settle(err error) error {
 	if err != nil || u.winner == nil {
 		return err
 	}

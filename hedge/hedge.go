@@ -111,8 +111,11 @@ func (runner) HedgeContext(ctx context.Context) (context.Context, context.Cancel
 
 // deposit credits the budget with a call.
 func (p *Policy) deposit() {
-	if t := p.tokens.Load(); t < p.burst {
-		p.tokens.Store(min(t+p.perCall, p.burst)) // a lost race loses a deposit, never overfills
+	for {
+		t := p.tokens.Load()
+		if t >= p.burst || p.tokens.CompareAndSwap(t, min(t+p.perCall, p.burst)) {
+			return // a take or a refund between the load and the store is kept
+		}
 	}
 }
 
@@ -134,7 +137,8 @@ func (p *Policy) wait() time.Duration {
 	return d
 }
 
-// refund gives back a hedge's token (it was refused before it was sent).
+// refund gives back a hedge's token: it was refused before it was sent (a
+// hedge that was sent and lost the race keeps it spent).
 func (p *Policy) refund() {
 	p.hedges.Add(^uint64(0))
 	for {

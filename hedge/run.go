@@ -141,7 +141,7 @@ func (x *run) ended(n int, err error) {
 			}
 		}
 	}
-	refused := n > 0 && err != nil && errors.Is(err, callguard.ErrRejected)
+	refused := n > 0 && err != nil && notSent(err)
 	if refused {
 		x.p.refund()
 	}
@@ -153,6 +153,16 @@ func (x *run) ended(n int, err error) {
 	} else {
 		a.cancel()
 	}
+}
+
+// notSent reports an attempt's error that says it was never sent: a local
+// refusal (callguard.ErrRejected), or a context that ended while it waited
+// for admission (bridge.NotSent). Only the layer that sends knows: an
+// adapter refuses with an ErrRejected error before sending, and ends an
+// attempt that was sent and lost the race with one that is not.
+func notSent(err error) bool {
+	var ns *bridge.NotSent
+	return errors.Is(err, callguard.ErrRejected) || errors.As(err, &ns)
 }
 
 // Finish ends the call (see bridge.HedgeCall).
@@ -202,6 +212,14 @@ var errGoexit = errors.New("hedge: a hedged attempt ended its goroutine (runtime
 // outlives the call; the caller's panic then goes on.
 func (x *run) Abort() {
 	defer func() { _ = recover() }() // a hedge's panic too: the caller's goes on
+	x.lock()
+	x.closed = true // no hedge starts from here
+	for i := range x.attempts[:x.launched+1] {
+		if a := &x.attempts[i]; i != 0 && !a.ended {
+			a.cancel()
+		}
+	}
+	x.unlock()
 	_ = x.Finish(errAborted)
 }
 

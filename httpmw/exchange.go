@@ -1,6 +1,7 @@
 package httpmw
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,9 +11,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/attempt"
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/retry"
@@ -21,113 +22,95 @@ import (
 // exchange is one RoundTrip: its attempts, the last response, and, once
 // returned, that response's body, which reports the breakers' deferred
 // permits and releases the attempt's context when done with. One
-// allocation serves all three.
+// allocation serves all three. Which attempt won, and whether another may
+// still be sent, is the call's to decide (internal/attempt): the exchange
+// carries attempts out.
 type exchange struct {
-	t        *Transport
-	req      *http.Request
-	last     *http.Response
-	held     *hold.Held     // last's attempt context, if the chain made one
-	answer   *http.Response // a fallback's, from Respond
-	body     io.ReadCloser  // the returned response's body
-	deferred deferred.Set   // the permits of the successful attempt (CountBodyErrors)
-	attempts int
-	mu       sync.Mutex  // guards the fields above and below
-	settled  atomic.Bool // the deferred permits are reported
+	t    *Transport
+	req  *http.Request
+	call attempt.Call
+	// Guarded by call's lock (set in Commit and Do), read after call.Close.
+	last *http.Response
+	held *hold.Held // last's attempt context, if the chain made one
+
+	mu     sync.Mutex     // guards answer
+	answer *http.Response // a fallback's, from Respond
+
+	body     io.ReadCloser // the returned response's body
+	deferred deferred.Set  // the permits of the successful attempt (CountBodyErrors)
+	settled  atomic.Bool   // the deferred permits are reported
 	mayRetry bool
-	over     bool // RoundTrip has its result: no more attempts
-	won      bool // an attempt succeeded: later answers are dropped
-	inflight int  // attempts sending now
 }
 
-// The conditions of the client's own making: neutral to the breakers (they
-// say nothing of the server's health) and final.
-var (
-	errConcurrent = breaker.Neutral(retry.Permanent(refusal("httpmw: an attempt at once with another of a request that cannot be retried, after another succeeded, or after RoundTrip returned")))
-	errNoReplay   = breaker.Neutral(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
-)
+// errNoReplay refuses an attempt whose body is gone: a condition of the
+// client's own making, neutral to the breakers and final.
+var errNoReplay = breaker.Neutral(retry.Permanent(errors.New("httpmw: the request body was sent and cannot be replayed (no GetBody)")))
 
 // attempt sends one copy of the request with the attempt's context.
 // Attempts of a request that may be retried may run at once (a hedge):
 // each sends its own copy of the body (GetBody); the first success is
-// kept, a later one drained and closed; the caller gets the last failure
-// when none succeeds. Others run one at a time.
+// kept, any later answer drained and closed; the caller gets the last
+// failure when none succeeds. Others run one at a time.
 func (x *exchange) attempt(actx context.Context) error {
-	x.mu.Lock()
-	if x.over {
-		x.mu.Unlock()
-		return errConcurrent // a late call, after RoundTrip has returned
+	a, err := x.call.Begin(x.mayRetry)
+	if err != nil {
+		return err // refused before sending
 	}
-	concurrent := x.inflight > 0
-	if concurrent && !x.mayRetry {
-		x.mu.Unlock()
-		return errConcurrent
-	}
-	if x.attempts > 0 && !replayable(x.req) {
+	defer a.Finish()
+	if a.N > 1 && !replayable(x.req) {
 		// Also against a policy that retries a Permanent error: the body
 		// was sent and is gone.
-		x.mu.Unlock()
 		return errNoReplay
 	}
-	var body io.ReadCloser
-	if x.attempts > 0 && x.req.GetBody != nil {
-		// Before discarding the last response: if the body cannot be
-		// replayed, the caller gets that response.
-		b, err := x.req.GetBody()
-		if err != nil {
-			x.mu.Unlock()
-			return breaker.Neutral(retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err)))
-		}
-		body = b
-	}
-	x.attempts++
-	if !concurrent {
-		x.discard()
-	}
-	x.inflight++
 	// The caller's request is never modified: an attempt that needs another
 	// context or body sends a shallow copy, as net/http's own Client and
 	// Transport do; the base must not modify it either (the RoundTripper
 	// contract). A first attempt under the caller's context sends the
 	// request itself.
 	r := x.req
-	if actx != r.Context() || x.attempts > 1 {
+	if actx != r.Context() || a.N > 1 {
 		r = r.WithContext(actx)
 	}
-	if body != nil {
-		r.Body = body
+	if a.N > 1 && x.req.GetBody != nil {
+		b, err := x.req.GetBody()
+		if err != nil {
+			return breaker.Neutral(retry.Permanent(fmt.Errorf("httpmw: replaying the request body: %w", err)))
+		}
+		r.Body = b
 	}
-	x.mu.Unlock()
 
 	resp, err := x.t.base.RoundTrip(r)
 	cfg := x.t.cfg
-	if err == nil && resp.Body == nil {
-		resp.Body = http.NoBody // as net/http's Client reads a nil body from a RoundTripper
-	}
-	x.mu.Lock()
-	x.inflight--
-	if err == nil && (x.over || x.won) {
-		// RoundTrip has its answer already (another attempt's, or none):
-		// this one is dropped, neutral to the breakers.
-		x.mu.Unlock()
-		drainClose(resp.Body, cfg.drainUpTo, cfg.drainTimeout)
-		return errConcurrent
-	}
-	defer x.mu.Unlock()
 	if err != nil {
 		if cfg.failure(nil, err) {
 			return permanentUnless(x.mayRetry, err)
 		}
 		return breaker.NotFailure(retry.Permanent(err))
 	}
-	x.discard() // an earlier answer (a hedge's failure, say): the latest is kept
-	x.last, x.held = resp, hold.Hold(actx)
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		x.won = true
-		return nil // a protocol upgrade: a success, never retried
+	if resp.Body == nil {
+		resp.Body = http.NoBody // as net/http's Client reads a nil body from a RoundTripper
 	}
-	if !cfg.failure(resp, nil) {
-		x.won = true
+	if resp.StatusCode == http.StatusSwitchingProtocols || !cfg.failure(resp, nil) {
+		// A success (a protocol upgrade too, never retried): the first
+		// wins; a later one is dropped.
+		if !a.Commit(func() { x.keep(resp, hold.Hold(actx)) }) {
+			drainClose(resp.Body, cfg.drainUpTo, cfg.drainTimeout)
+			return attempt.ErrLost
+		}
 		return nil
+	}
+	// A failure that may be retried gives its connection back now, its
+	// body read into memory (bounded): the next attempt, after a wait that
+	// may outlast this attempt's context, needs no other connection.
+	var held *hold.Held
+	if resp.Body != http.NoBody && !(x.mayRetry && buffer(resp, cfg.drainUpTo, cfg.drainTimeout)) {
+		held = hold.Hold(actx) // the caller may read it after RoundTrip
+	}
+	if !a.Do(func() { x.keep(resp, held) }) {
+		// Another attempt has won: this failure says nothing to the caller.
+		held.Release()
+		drainClose(resp.Body, cfg.drainUpTo, cfg.drainTimeout)
+		return attempt.ErrLost
 	}
 	se := &StatusError{StatusCode: resp.StatusCode}
 	if d, ok := adapter.RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
@@ -136,14 +119,57 @@ func (x *exchange) attempt(actx context.Context) error {
 	return permanentUnless(x.mayRetry, se)
 }
 
-// discard drains and closes the last response, and releases its context.
-func (x *exchange) discard() {
+// keep makes resp, held the answer the caller gets (unless a later one
+// replaces it), discarding the one kept before; under the call's lock.
+func (x *exchange) keep(resp *http.Response, held *hold.Held) {
+	x.discardLast()
+	x.last, x.held = resp, held
+}
+
+// discardLast drains and closes the last response, and releases its
+// context.
+func (x *exchange) discardLast() {
 	if x.last != nil {
 		drainClose(x.last.Body, x.t.cfg.drainUpTo, x.t.cfg.drainTimeout)
 		x.held.Release()
 		x.last, x.held = nil, nil
 	}
+}
+
+// discard drops what the exchange kept, once the call is over: the last
+// response and the permits of a success.
+func (x *exchange) discard() {
+	x.discardLast()
 	x.deferred.Done(nil)
+}
+
+// buffer reads a failing response's body into memory, up to upTo bytes
+// for at most d, and closes it, so that its connection goes back to the
+// pool at once; it reports whether the whole body was read. A body
+// longer, or slower, is read on from where buffer stopped.
+func buffer(resp *http.Response, upTo int64, d time.Duration) bool {
+	if upTo <= 0 || d <= 0 || resp.ContentLength > upTo {
+		return false
+	}
+	t := time.AfterFunc(d, func() { _ = resp.Body.Close() })
+	var b bytes.Buffer
+	_, err := io.CopyN(&b, resp.Body, upTo+1)
+	stopped := t.Stop()
+	if err != io.EOF || !stopped {
+		// Longer than upTo, slower than d, or failed: the caller reads
+		// what was read, then the rest.
+		resp.Body = &prefixed{Reader: io.MultiReader(bytes.NewReader(b.Bytes()), resp.Body), Closer: resp.Body}
+		return false
+	}
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b.Bytes()))
+	return true
+}
+
+// prefixed is a body whose first bytes were read already.
+type prefixed struct {
+	io.Reader
+	io.Closer
 }
 
 // Read, Close and Write (for a body that is a connection) make the
@@ -228,10 +254,3 @@ func drainClose(body io.ReadCloser, upTo int64, d time.Duration) {
 	}
 	_ = body.Close()
 }
-
-// refusal is an attempt the exchange refused before sending it: a local
-// refusal (callguard.ErrRejected), which a hedge sets aside.
-type refusal string
-
-func (r refusal) Error() string      { return string(r) }
-func (refusal) Is(target error) bool { return target == callguard.ErrRejected }

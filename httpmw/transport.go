@@ -220,13 +220,15 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	} else {
 		err = bridge.ChainDoHolding(p.chain, ctx, x.attempt)
 	}
-	x.mu.Lock() // an attempt a policy left running (see attempt) ends first
-	defer x.mu.Unlock()
-	x.over = true
-	*attempts = x.attempts
-	if x.attempts == 0 {
+	// The call's answer is decided: an attempt a policy left running is
+	// dropped when it answers.
+	started, _, _ := x.call.Close()
+	*attempts = started
+	if started == 0 {
 		closeBody(req) // rejected before any attempt: the body is still ours to close
 	}
+	x.mu.Lock() // a fallback's answer (Respond)
+	defer x.mu.Unlock()
 	if cerr := req.Context().Err(); cerr != nil && err != nil {
 		x.discard() // the caller gave up: it gets its context's error, as from net/http
 		if !errors.Is(err, cerr) {
@@ -268,10 +270,10 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 		}
 		return resp, nil
 	}
-	if x.attempts == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
+	if started == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
 		return t.cfg.onOpen(req, err)
 	}
-	if x.attempts == 0 && errors.Is(err, callguard.ErrRejected) {
+	if started == 0 && errors.Is(err, callguard.ErrRejected) {
 		return rejected(req, err), nil
 	}
 	if err == nil {

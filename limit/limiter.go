@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deadline"
 )
 
@@ -199,7 +200,7 @@ func (l *Limiter) done(p *Permit, err error) {
 	switch {
 	case err == nil:
 		l.alg.sample(l.rtt(p), p.inflight, false)
-	case deadline.Ended(p.ctx):
+	case deadline.Ended(p.ctx) && !judgedFailure(err):
 	case l.isDrop(err):
 		l.alg.sample(l.rtt(p), p.inflight, true)
 	}
@@ -259,4 +260,10 @@ func (p Permit) run(ctx context.Context, call func(context.Context) error) error
 	finished = true
 	p.Done(err)
 	return err
+}
+
+// judgedFailure reports an error the chain marked a failure of the
+// downstream (see bridge.BreakerFailure), though a context ended it.
+func judgedFailure(err error) bool {
+	return bridge.BreakerFailure != nil && bridge.BreakerFailure(err)
 }

@@ -141,7 +141,8 @@ func (t *Throttle) classify(ctx context.Context, err error) outcome {
 	switch {
 	case err == nil:
 		return accepted
-	case deadline.Ended(ctx), errors.Is(err, callguard.ErrRejected), errors.Is(err, breaker.ErrOpen):
+	case deadline.Ended(ctx) && !(bridge.BreakerFailure != nil && bridge.BreakerFailure(err)),
+		errors.Is(err, callguard.ErrRejected), errors.Is(err, breaker.ErrOpen):
 		// Not an answer of the downstream: the caller left, or a policy
 		// inside refused the call (a breaker that is open included: its
 		// rejections counted as refusals would keep the throttle shedding

@@ -53,6 +53,12 @@ var (
 	// (an answer of the downstream that says nothing against its health,
 	// such as a caller's error): the throttle counts it accepted.
 	BreakerNotFailure func(err error) bool
+	// BreakerFailure reports whether err carries the mark Failure: the
+	// chain judged the attempt a failure of the downstream even though a
+	// context ended it (a timeout inside a hedge, or an attempt cut after
+	// it had run longer than a healthy downstream takes). A throttle or a
+	// limit counts it as the downstream's answer, not as the caller's end.
+	BreakerFailure func(err error) bool
 )
 
 // Set by package retry.

@@ -162,6 +162,15 @@ type Hedge struct {
 	Budget    float64              // hedges per call at most
 }
 
+// NotSent is the error of an attempt that ended before it was sent, for a
+// reason that is not a refusal (callguard.ErrRejected): its context ended
+// while it waited for admission (a limit's or a bulkhead's queue). A hedge
+// gives such an attempt's token back. It unwraps to the context's error.
+type NotSent struct{ Err error }
+
+func (e *NotSent) Error() string { return e.Err.Error() }
+func (e *NotSent) Unwrap() error { return e.Err }
+
 // NoHedge marks a context whose call must not be hedged (a call that is
 // not idempotent, in an adapter).
 type NoHedge struct{}

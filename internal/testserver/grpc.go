@@ -38,6 +38,8 @@ type GRPCAnswer struct {
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
 	FailAtEnd  bool          // an upload: read every message, then fail with Code
+	// Header (Check): metadata sent as the response's header.
+	Header metadata.MD
 	// Deaf (Check): the Delay runs to its end even if the client has gone;
 	// a call whose client had gone by then counts in Wasted.
 	Deaf bool
@@ -141,6 +143,9 @@ func (h *health) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*he
 	a, err := h.answer(ctx, MethodCheck)
 	if err != nil {
 		return nil, err
+	}
+	if a.Header != nil {
+		_ = grpc.SetHeader(ctx, a.Header)
 	}
 	if a.Deaf {
 		time.Sleep(a.Delay)

@@ -1,0 +1,164 @@
+// Package attempt is the one owner of a call's attempts in an adapter: it
+// numbers them, knows which are in flight, and alone decides which one won
+// and whether an attempt may still be sent. A hedge, a retry or a user's
+// own policy may start attempts of one adapter call at once or one after
+// another; the adapters (httpmw's exchange, grpcmw's unary call) carry the
+// attempts out and ask their Call, and keep no won or busy state of their
+// own (the model is grpc-go's clientStream, whose commit is made in one
+// place and whose stale attempts' results are dropped).
+//
+// The invariants a Call keeps:
+//   - at most one attempt commits (wins), and none after the call is over;
+//   - once an attempt committed, or the call is over, no attempt is sent:
+//     Begin refuses it with an error matching callguard.ErrRejected
+//     (refused before sending, which a hedge refunds);
+//   - an attempt that was sent and answered after another committed is
+//     lost: its answer is dropped by the adapter and the attempt ends with
+//     [ErrLost], which does not match callguard.ErrRejected (it was sent:
+//     a hedge keeps its token spent);
+//   - a call whose attempts may not overlap (a request that is not
+//     idempotent) never has two in flight: Begin refuses the second;
+//   - every attempt that began ends once ([Attempt.Finish] is idempotent).
+package attempt
+
+import (
+	"sync"
+
+	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/retry"
+)
+
+// Call is the attempts of one adapter call. Its zero value is ready; it is
+// safe for concurrent use, and it must not be copied after first use.
+type Call struct {
+	mu       sync.Mutex
+	started  int  // attempts begun
+	inflight int  // attempts begun and not finished
+	won      int  // the number of the attempt that committed, 0 if none
+	over     bool // the call has its result: no attempt may begin
+}
+
+// Attempt is one attempt of a Call, from [Call.Begin]. Finish it once it
+// has its answer (more calls to Finish do nothing).
+type Attempt struct {
+	c *Call
+	// N numbers the attempt from 1 in the order they began.
+	N int
+	// Alone reports that no other attempt was in flight when it began:
+	// it may use what the caller gave for one answer (a gRPC reply, the
+	// caller's header and trailer options).
+	Alone bool
+	ended bool
+}
+
+// Refusals of Begin. They are local (callguard.ErrRejected), neutral to
+// breakers and final to a retry: the attempt was never sent.
+var (
+	ErrOver       = refuse("attempt: the call already has its answer (another attempt won, or the call returned)")
+	ErrConcurrent = refuse("attempt: an attempt at once with another, of a call that may not be sent twice at once (not idempotent)")
+)
+
+// ErrLost ends an attempt that was sent and answered after another
+// attempt of the call had won: its answer is dropped. It is neutral to
+// breakers, final to a retry, and does not match callguard.ErrRejected:
+// unlike a refusal, the attempt reached the downstream.
+var ErrLost = breaker.Neutral(retry.Permanent(lost{}))
+
+type lost struct{}
+
+func (lost) Error() string { return "attempt: answered after another attempt of the call had won" }
+
+// Begin starts an attempt, or refuses it (the attempt must not be sent)
+// with [ErrOver] once an attempt has committed or the call is over, and
+// with [ErrConcurrent] when another attempt is in flight and overlap is
+// false.
+func (c *Call) Begin(overlap bool) (Attempt, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.over || c.won != 0:
+		return Attempt{}, ErrOver
+	case c.inflight > 0 && !overlap:
+		return Attempt{}, ErrConcurrent
+	}
+	c.started++
+	c.inflight++
+	return Attempt{c: c, N: c.started, Alone: c.inflight == 1}, nil
+}
+
+// Commit makes a the call's winner if no attempt has won and the call is
+// not over, and reports whether it did; an attempt that does not commit
+// lost the race: drop its answer and end it with [ErrLost]. fn, if not
+// nil, runs under the call's lock when a commits: what the winner keeps
+// is set there, before any other attempt can look.
+func (a *Attempt) Commit(fn func()) bool {
+	c := a.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over || c.won != 0 {
+		return false
+	}
+	c.won = a.N
+	if fn != nil {
+		fn()
+	}
+	return true
+}
+
+// Do runs fn under the call's lock, unless the call is won or over; it
+// reports whether fn ran. A failing attempt keeps its answer so (the
+// caller gets the last failure if none wins), and never over a winner's.
+func (a *Attempt) Do(fn func()) bool {
+	c := a.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.over || c.won != 0 {
+		return false
+	}
+	fn()
+	return true
+}
+
+// Finish ends the attempt: it is no longer in flight. It is idempotent.
+func (a *Attempt) Finish() {
+	if a.c == nil || a.ended {
+		return
+	}
+	a.ended = true
+	a.c.mu.Lock()
+	a.c.inflight--
+	a.c.mu.Unlock()
+}
+
+// Close ends the call: no attempt begins or commits after it. It returns
+// the number of attempts begun, the number of the winner (0: none) and
+// how many are still in flight (a policy that left one running).
+func (c *Call) Close() (started, won, inflight int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.over = true
+	return c.started, c.won, c.inflight
+}
+
+// Won reports whether an attempt has committed.
+func (c *Call) Won() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.won != 0
+}
+
+// Started returns the number of attempts begun.
+func (c *Call) Started() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started
+}
+
+// refusal is an attempt refused before it was sent: a local refusal.
+type refusal string
+
+func (r refusal) Error() string      { return string(r) }
+func (refusal) Is(target error) bool { return target == callguard.ErrRejected }
+
+func refuse(s string) error { return breaker.Neutral(retry.Permanent(refusal(s))) }

@@ -1,0 +1,87 @@
+package attempt
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/callguard/callguard"
+	"github.com/callguard/callguard/breaker"
+)
+
+func TestCall(t *testing.T) {
+	var c Call
+	a1, err := c.Begin(false)
+	if err != nil || a1.N != 1 || !a1.Alone {
+		t.Fatalf("first Begin: %+v, %v; want attempt 1 alone", a1, err)
+	}
+	if _, err := c.Begin(false); !errors.Is(err, ErrConcurrent) || !errors.Is(err, callguard.ErrRejected) {
+		t.Errorf("Begin beside another without overlap: %v; want ErrConcurrent, a local refusal", err)
+	}
+	a2, err := c.Begin(true)
+	if err != nil || a2.N != 2 || a2.Alone {
+		t.Fatalf("Begin with overlap: %+v, %v; want attempt 2, not alone", a2, err)
+	}
+	kept := 0
+	if !a2.Commit(func() { kept = 2 }) || kept != 2 {
+		t.Fatal("the first Commit did not win")
+	}
+	if a1.Commit(func() { kept = 1 }) || kept != 2 {
+		t.Error("a second Commit won")
+	}
+	if a1.Do(func() { kept = -1 }) || kept != 2 {
+		t.Error("Do ran after a commit")
+	}
+	if _, err := c.Begin(true); !errors.Is(err, ErrOver) {
+		t.Errorf("Begin after a commit: %v; want ErrOver", err)
+	}
+	if errors.Is(ErrLost, callguard.ErrRejected) || !errors.Is(ErrLost, ErrLost) {
+		t.Error("ErrLost matches callguard.ErrRejected: a sent attempt would be refunded")
+	}
+	a1.Finish()
+	a1.Finish() // idempotent
+	a2.Finish()
+	if started, won, inflight := c.Close(); started != 2 || won != 2 || inflight != 0 {
+		t.Errorf("Close: %d started, winner %d, %d in flight; want 2, 2, 0", started, won, inflight)
+	}
+}
+
+// TestOneWinner: many attempts at once, each committing: exactly one wins
+// (run with -race).
+func TestOneWinner(t *testing.T) {
+	var c Call
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wins := 0
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a, err := c.Begin(true)
+			if err != nil {
+				return // refused: another won first
+			}
+			defer a.Finish()
+			if a.Commit(nil) {
+				mu.Lock()
+				wins++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if started, won, inflight := c.Close(); wins != 1 || won == 0 || won > started || inflight != 0 {
+		t.Errorf("%d wins (winner %d of %d, %d in flight); want exactly 1", wins, won, started, inflight)
+	}
+}
+
+func TestRefusalsNeutral(t *testing.T) {
+	for _, err := range []error{ErrOver, ErrConcurrent, ErrLost} {
+		b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 1})
+		p, _ := b.Allow(t.Context())
+		p.Done(err)
+		if b.State() != breaker.StateClosed {
+			t.Errorf("%v opened a breaker; want neutral", err)
+		}
+	}
+}
