@@ -11,7 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"os/signal"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -27,7 +27,8 @@ import (
 // serve is the lab's downstream as a process of its own (callguard-lab
 // serve --addr host:port): an HTTP server that answers every request after
 // a few milliseconds, and says "ready" on its standard output once it
-// listens. It runs until it is killed or gets SIGTERM.
+// listens. It runs until it is killed, or, on SIGINT or SIGTERM, says it
+// was interrupted and exits 130 or 143, as the lab does.
 func serve(args []string) int {
 	fs := flag.NewFlagSet("callguard-lab serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "the address to listen on")
@@ -47,24 +48,28 @@ func serve(args []string) int {
 		}
 		_, _ = io.WriteString(w, "ok")
 	})}
+	ctx, status, stop := interruption()
+	defer stop()
+	stopServe := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	defer stopServe()
 	fmt.Println("ready", lis.Addr())
-	go func() {
-		c := make(chan os.Signal, 1)
-		signal.Notify(c, syscall.SIGTERM, os.Interrupt)
-		<-c
-		_ = srv.Close()
-	}()
 	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintf(os.Stderr, "callguard-lab serve: %v\n", err)
 		return 1
+	}
+	if ctx.Err() != nil {
+		fmt.Fprintln(os.Stderr, "callguard-lab serve: interrupted")
+		return status()
 	}
 	return 0
 }
 
 // children are the processes the lab started: every one is killed when it
-// exits, also on Ctrl-C.
+// exits, also on Ctrl-C. Once closed, a process started is killed at once.
 type children struct {
-	mu    sync.Mutex
-	procs []*exec.Cmd
+	mu     sync.Mutex
+	procs  []*exec.Cmd // guarded by mu
+	closed bool        // guarded by mu
 }
 
 // start runs callguard-lab serve on addr and waits until it listens.
@@ -83,8 +88,16 @@ func (c *children) start(ctx context.Context, addr string) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("starting the downstream process: %w", err)
 	}
 	c.mu.Lock()
-	c.procs = append(c.procs, cmd)
+	closed := c.closed
+	if !closed {
+		c.procs = append(c.procs, cmd)
+	}
 	c.mu.Unlock()
+	if closed {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, context.Canceled
+	}
 	ready := make(chan error, 1)
 	go func() {
 		line, err := bufio.NewReader(out).ReadString('\n')
@@ -98,36 +111,35 @@ func (c *children) start(ctx context.Context, addr string) (*exec.Cmd, error) {
 	select {
 	case err := <-ready:
 		if err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
+			c.kill(cmd)
 			return nil, err
 		}
 		return cmd, nil
 	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		c.kill(cmd)
 		return nil, errors.New("the downstream process did not say ready within 10 s")
 	case <-ctx.Done():
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
+		c.kill(cmd)
 		return nil, ctx.Err()
 	}
 }
 
-// kill sends SIGKILL to cmd and waits for it.
+// kill sends SIGKILL to cmd and waits for it, unless killAll or close has
+// taken it already.
 func (c *children) kill(cmd *exec.Cmd) {
-	_ = cmd.Process.Signal(syscall.SIGKILL)
-	_ = cmd.Wait()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, p := range c.procs {
-		if p == cmd {
-			c.procs = append(c.procs[:i], c.procs[i+1:]...)
-			break
-		}
+	i := slices.Index(c.procs, cmd)
+	if i >= 0 {
+		c.procs = slices.Delete(c.procs, i, i+1)
+	}
+	c.mu.Unlock()
+	if i >= 0 {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
 	}
 }
 
+// killAll sends SIGKILL to every process and waits for them.
 func (c *children) killAll() {
 	c.mu.Lock()
 	procs := c.procs
@@ -136,6 +148,24 @@ func (c *children) killAll() {
 	for _, p := range procs {
 		_ = p.Process.Signal(syscall.SIGKILL)
 		_ = p.Wait()
+	}
+}
+
+// close kills every process, as killAll, and every one started after.
+func (c *children) close() {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.killAll()
+}
+
+// sleep waits for d, or until ctx is done.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 
@@ -249,13 +279,13 @@ func (l *lab) kill(string) error {
 				}
 				marks = append(marks, scenario.Mark{At: time.Since(start), Kind: kind})
 				mu.Unlock()
-				time.Sleep(20 * time.Millisecond)
+				sleep(l.ctx, 20*time.Millisecond)
 			}
 		})
 	}
-	time.Sleep(time.Until(start.Add(killAt)))
+	sleep(l.ctx, time.Until(start.Add(killAt)))
 	l.children.kill(cmd)
-	time.Sleep(time.Until(start.Add(restartAt)))
+	sleep(l.ctx, time.Until(start.Add(restartAt)))
 	var restartErr error
 	if l.ctx.Err() == nil {
 		if _, restartErr = l.children.start(l.ctx, addr); restartErr != nil {

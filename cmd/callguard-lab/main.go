@@ -19,7 +19,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -84,37 +83,48 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// that virtual time runs on must not take the lab's arguments.
 	_ = flag.CommandLine.Parse(nil)
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, status, stop := interruption()
 	defer stop()
 	kids := &children{}
 	defer kids.killAll()
-	// A first Ctrl-C ends the run after the experiment in progress; a
-	// second one ends it now, its downstream processes with it.
-	go func() {
-		<-ctx.Done()
-		again := make(chan os.Signal, 1)
-		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
-		defer signal.Stop(again)
-		select {
-		case <-again:
-			kids.killAll()
-			fmt.Fprintln(stderr, "\ncallguard-lab: interrupted")
-			os.Exit(130)
-		case <-time.After(time.Minute):
-		}
-	}()
 	mode := "quick"
 	if *full {
 		mode = "full"
 	}
-	l := &lab{ctx: ctx, out: stdout, full: *full, progress: newProgress(stderr), children: kids,
+	out := &gate{w: stdout}
+	l := &lab{ctx: ctx, out: out, full: *full, progress: newProgress(stderr), children: kids,
 		report: &Report{Mode: mode, Proto: *proto, Started: time.Now()}}
 
+	done := make(chan error, 1)
+	go func() {
+		if *chainFile != "" {
+			done <- l.whatIf(*chainFile, *rate, *callers, *live)
+		} else {
+			done <- l.seeds(*only, protos)
+		}
+	}()
 	var err error
-	if *chainFile != "" {
-		err = l.whatIf(*chainFile, *rate, *callers, *live)
-	} else {
-		err = l.seeds(*only, protos)
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
+		// The run ends now: nothing more on its output, its downstream
+		// processes killed, and grace for what it runs to end on its own
+		// (a second signal ends it at once).
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(again)
+		out.shut()
+		l.progress.halt()
+		kids.close()
+		select {
+		case <-done:
+		case <-again:
+		case <-time.After(grace):
+		}
+		fmt.Fprintln(stderr, "\ncallguard-lab: interrupted")
+		return status()
 	}
 	l.progress.clear()
 	l.report.Elapsed = time.Since(l.report.Started).Seconds()
@@ -125,10 +135,6 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = writeHTML(*reportDir, l.report)
 	}
 	if err != nil {
-		if errors.Is(err, context.Canceled) {
-			fmt.Fprintln(stderr, "callguard-lab: interrupted")
-			return 130
-		}
 		fmt.Fprintf(stderr, "callguard-lab: %v\n", err)
 		return 1
 	}
@@ -148,6 +154,49 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "\n%d tables in %s (%s): %d reproduced, %d not.\n", len(l.report.Tables), took, mode, len(l.report.Tables)-failed, failed)
 	}
 	return 0
+}
+
+// grace is how long an interrupted run has to end on its own before the
+// command exits anyway: the seeds' experiments and the scenarios run to
+// their end once started, and the command ends within this of a Ctrl-C.
+const grace = time.Second
+
+// interruption returns the lab's context, done on SIGINT (Ctrl-C) or
+// SIGTERM; once it is done, status is the exit status that says which:
+// 130 or 143, 128 and the signal's number, as a shell reports it.
+func interruption() (ctx context.Context, status func() int, stop func()) {
+	interrupted, stopInt := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stopTerm := signal.NotifyContext(interrupted, syscall.SIGTERM)
+	status = func() int {
+		if interrupted.Err() != nil {
+			return 128 + 2
+		}
+		return 128 + 15
+	}
+	return ctx, status, func() { stopTerm(); stopInt() }
+}
+
+// gate passes writes to w until it is shut, and drops them after: what an
+// interrupted run still prints is not the command's output.
+type gate struct {
+	mu     sync.Mutex
+	w      io.Writer
+	closed bool // guarded by mu
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return len(p), nil
+	}
+	return g.w.Write(p)
+}
+
+func (g *gate) shut() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
 }
 
 // seeds runs the seeds' experiments selected by only, over protos.
@@ -203,17 +252,18 @@ func (l *lab) seeds(only string, protos []string) error {
 
 // progress is a single line on a terminal, rewritten in place as the run
 // goes (what runs, the time elapsed and the time expected); nothing at all
-// when the output is not a terminal.
+// when the output is not a terminal, nor once halted.
 type progress struct {
 	w        io.Writer
-	on       bool
 	start    time.Time
-	mu       sync.Mutex
-	what     string
-	last     int
 	expected time.Duration
 	stop     chan struct{}
 	done     chan struct{}
+
+	mu   sync.Mutex
+	on   bool // guarded by mu
+	what string
+	last int
 }
 
 func newProgress(w io.Writer) *progress {
@@ -229,7 +279,10 @@ func newProgress(w io.Writer) *progress {
 // begin starts rewriting the line each second, with expected as the run's
 // expected length (0: unknown); end stops it.
 func (p *progress) begin(expected time.Duration) {
-	if !p.on {
+	p.mu.Lock()
+	on := p.on
+	p.mu.Unlock()
+	if !on {
 		return
 	}
 	p.start, p.expected = time.Now(), expected
@@ -259,9 +312,6 @@ func (p *progress) end() {
 }
 
 func (p *progress) show(what string) {
-	if !p.on {
-		return
-	}
 	p.mu.Lock()
 	p.what = what
 	p.mu.Unlock()
@@ -271,6 +321,9 @@ func (p *progress) show(what string) {
 func (p *progress) draw() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if !p.on {
+		return
+	}
 	line := fmt.Sprintf("%s  %.0f s", p.what, time.Since(p.start).Seconds())
 	if p.expected > 0 {
 		line += fmt.Sprintf(" of about %.0f s", p.expected.Seconds())
@@ -280,12 +333,21 @@ func (p *progress) draw() {
 }
 
 func (p *progress) clear() {
-	if !p.on {
-		return
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.last > 0 {
+	p.clearLocked()
+}
+
+// halt clears the line for good.
+func (p *progress) halt() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.clearLocked()
+	p.on = false
+}
+
+func (p *progress) clearLocked() {
+	if p.on && p.last > 0 {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", p.last))
 		p.last = 0
 	}

@@ -96,6 +96,9 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 	l.progress.begin(expected)
 	defer l.progress.end()
 	for i, sc := range scenario.Scenarios {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
 		if live {
 			sc = sc.Scaled(liveScale)
 		}
@@ -103,12 +106,18 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 		t := &Table{ID: "W" + fmt.Sprint(i+1), Title: "scenario " + sc.Name, Setup: describeScenario(sc),
 			Columns: []string{"stack", "downstream calls per request", "time to trip", "recovered after the downstream", "caller p50 / p99", "server work wasted", "successes"}}
 		for _, st := range stacks {
+			if err := l.ctx.Err(); err != nil {
+				return err
+			}
 			var res scenario.Result
 			var changes []breaker.StateChange
 			var mu sync.Mutex
 			watched := func() (scenario.Stack, error) {
 				stack, err := st.make()
-				if c, ok := stack.(*chain.Chain); ok && err == nil {
+				if err != nil {
+					return nil, err
+				}
+				if c, ok := stack.(*chain.Chain); ok {
 					if bs := adapter.Breakers(c); len(bs) > 0 {
 						bridge.BreakerWatch(bs[0], "", func(sc breaker.StateChange) {
 							mu.Lock()
@@ -117,7 +126,7 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 						})
 					}
 				}
-				return stack, err
+				return l.interruptible(stack, live), nil
 			}
 			var err error
 			if live {
@@ -160,6 +169,25 @@ func (l *lab) whatIf(file string, rate float64, callers int, live bool) error {
 		t.print(l.out)
 	}
 	return nil
+}
+
+// interruptible is stack, refusing every call once the lab is interrupted
+// (the scenario then runs on to its end, quickly); live, it also ends the
+// calls in flight. In virtual time it only reads the lab's context: a
+// bubble's goroutines may not be woken from outside it.
+func (l *lab) interruptible(stack scenario.Stack, live bool) scenario.Stack {
+	return scenario.StackFunc(func(ctx context.Context, call func(context.Context) error) error {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
+		if live {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			defer context.AfterFunc(l.ctx, cancel)()
+		}
+		return stack.Do(ctx, call)
+	})
 }
 
 // liveScale is how much --live shortens a scenario's timeline.
