@@ -255,8 +255,8 @@ func (s *stream) replay(a *attempt, cs grpc.ClientStream, sent []any, closedSend
 // failLocked ends attempt a, failed with err, and returns what the retry
 // should see. trailer is a's, if it made a stream that ended.
 func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
-	s.answer = err
 	err = s.timedOut(a, err)
+	s.answer = answerOf(err)
 	s.lastErr = err
 	s.endLocked(a, err)
 	out := s.outcome(err, trailer, recv)
