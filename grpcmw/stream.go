@@ -98,7 +98,7 @@ type stream struct {
 	received   bool  // the first response arrived: no more retries
 	finished   bool  // the final outcome is known: no more retries
 	lastErr    error // the last failed attempt's error, as the retry saw it
-	answer     error // the last failed attempt's own error: the downstream's last answer
+	answer     error // the last failed attempt's own status (see answerOf): the downstream's last answer
 }
 
 // bufferLocked keeps m for a replay, while a retry may still need it.

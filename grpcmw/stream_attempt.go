@@ -37,15 +37,17 @@ var errEOF = retry.Permanent(io.EOF)
 // The stream's lock, mu, is held only to read and change the stream's
 // state, never while something waits. The establishment, and a retry in
 // RecvMsg (see retryLocked), mark the stream retrying under the lock, then
-// drop it: the retry's waits (its backoff, a breaker's open stay) and each
-// attempt's creation, replay and first receive run without it, and the
-// attempt takes it back to install its stream and to record how it went.
+// drop it: the retry's waits (its backoff, a breaker's open stay), each
+// attempt's admission (a limiter's or a bulkhead's queue), creation, replay
+// and first receive run without it, and the attempt takes it back to
+// install its stream and to record how it went.
 // While the stream is retrying, Header, Trailer and Context answer for the
 // latest attempt's stream, CloseSend has nothing left to do, settle leaves
 // the attempts to the retry, and only SendMsg (after CloseSend, a caller's
 // mistake) waits, on idle, for the retry to end. So no method waits behind
-// a backoff, and in a testing/synctest bubble no goroutine is stuck on the
-// lock (which would stop the bubble's clock) while the retry sleeps.
+// a backoff or a queue, and in a testing/synctest bubble no goroutine is
+// stuck on the lock (which would stop the bubble's clock) while the retry
+// sleeps or its attempt is queued.
 func (s *stream) establish() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -103,12 +105,22 @@ func (s *stream) retriedLocked() {
 }
 
 // attempt makes one stream. It takes s.mu in turns, never across the
-// streamer, the replay or the first receive, which can block. With recv, a
-// retry in RecvMsg, it also replays what was sent and receives the first
-// message into m.
+// admission, the streamer, the replay or the first receive, which can
+// block. With recv, a retry in RecvMsg, it also replays what was sent and
+// receives the first message into m.
 func (s *stream) attempt(recv bool, m any) error {
 	s.mu.Lock()
-	a, err := s.beginLocked(recv)
+	err := s.countLocked(recv)
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	gated, permits, err := s.admit()
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	a, err := s.beginLocked(recv, gated, permits)
 	s.mu.Unlock()
 	if err != nil {
 		return err
@@ -160,21 +172,27 @@ func (s *stream) attempt(recv bool, m any) error {
 	return s.failLocked(a, err, cs.Trailer(), recv)
 }
 
-// beginLocked starts an attempt: it counts it, takes the breakers' permits
-// for it, and starts the chain's timeout for its creation.
-func (s *stream) beginLocked(recv bool) (*attempt, error) {
+// countLocked counts a new attempt, unless Context was called during the
+// retry's wait.
+func (s *stream) countLocked(recv bool) error {
 	if recv && s.committed.Load() {
-		return nil, retry.Permanent(s.lastErr) // Context was called during the wait
+		return retry.Permanent(s.lastErr)
 	}
 	s.attempts++
+	return nil
+}
+
+// admit takes the gates' permits for an attempt, then the breakers'. It
+// runs without s.mu, as the retry's waits do (see establish): a limiter's
+// or a bulkhead's queue may wait, within its MaxWait, and a breaker's
+// Allow may call its OnStateChange.
+func (s *stream) admit() ([]permit, []breaker.Permit, error) {
 	var gated []permit
 	for _, g := range s.plan.gates {
-		p, err := g(s.ctx) // a limiter's queue may wait, within its MaxWait
+		p, err := g(s.ctx)
 		if err != nil {
-			for _, q := range gated {
-				q.DoneNeutral()
-			}
-			return nil, err
+			neutral(gated, nil)
+			return nil, nil, err
 		}
 		gated = append(gated, p)
 	}
@@ -182,15 +200,31 @@ func (s *stream) beginLocked(recv bool) (*attempt, error) {
 	for _, b := range s.plan.breakers {
 		p, err := b.Allow(s.ctx)
 		if err != nil {
-			for _, q := range permits {
-				q.DoneNeutral() // admitted, but the call never happened
-			}
-			for _, q := range gated {
-				q.DoneNeutral()
-			}
-			return nil, err
+			neutral(gated, permits) // admitted, but the call never happened
+			return nil, nil, err
 		}
 		permits = append(permits, p)
+	}
+	return gated, permits, nil
+}
+
+// neutral gives back permits for an attempt that was never made.
+func neutral(gated []permit, permits []breaker.Permit) {
+	for _, p := range permits {
+		p.DoneNeutral()
+	}
+	for _, p := range gated {
+		p.DoneNeutral()
+	}
+}
+
+// beginLocked starts an attempt admitted with the gates' and the
+// breakers' permits, and starts the chain's timeout for its creation.
+func (s *stream) beginLocked(recv bool, gated []permit, permits []breaker.Permit) (*attempt, error) {
+	if recv && s.committed.Load() {
+		// Context was called while the attempt waited for its admission.
+		neutral(gated, permits)
+		return nil, retry.Permanent(s.lastErr)
 	}
 	a := &attempt{permits: permits, gated: gated}
 	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
@@ -255,8 +289,8 @@ func (s *stream) replay(a *attempt, cs grpc.ClientStream, sent []any, closedSend
 // failLocked ends attempt a, failed with err, and returns what the retry
 // should see. trailer is a's, if it made a stream that ended.
 func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
-	s.answer = err
 	err = s.timedOut(a, err)
+	s.answer = answerOf(err)
 	s.lastErr = err
 	s.endLocked(a, err)
 	out := s.outcome(err, trailer, recv)

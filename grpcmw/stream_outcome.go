@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 // expiry is the cause with which a chain timeout ends an attempt: owner is
@@ -57,6 +59,18 @@ func (s *stream) timedOut(a *attempt, err error) error {
 	var te *timeout.Error
 	if s.ctx.Err() == nil && errors.As(context.Cause(a.ctx), &te) {
 		return &timeout.Error{Timeout: te.Timeout, Err: err}
+	}
+	return err
+}
+
+// answerOf is what the caller is told of a failed attempt when a breaker
+// ends the retries after it: the attempt's own status, or DeadlineExceeded
+// for one the chain's timeout ended (which cancels the attempt's context,
+// so grpc-go reports Canceled), as when the retries run out.
+func answerOf(err error) error {
+	var te *timeout.Error
+	if errors.As(err, &te) {
+		return &statusError{status.New(codes.DeadlineExceeded, (&timeout.Error{Timeout: te.Timeout}).Error()), err}
 	}
 	return err
 }
