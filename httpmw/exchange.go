@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,8 +80,24 @@ func (x *exchange) attempt(actx context.Context) error {
 		r.Body = b
 	}
 
+	var w *wire
+	if x.t.pooled {
+		if dl, ok := actx.Deadline(); ok {
+			// The base queues requests for a connection of its own: the
+			// attempt's time with the downstream starts when it has one.
+			w = &wire{start: time.Now(), deadline: dl}
+			w.trace.GotConn = w.gotConn
+			if r == x.req {
+				r = r.WithContext(actx)
+			}
+			r = r.WithContext(httptrace.WithClientTrace(r.Context(), &w.trace))
+		}
+	}
 	resp, err := x.t.base.RoundTrip(r)
 	cfg := x.t.cfg
+	if err != nil && w != nil {
+		err = w.judge(err)
+	}
 	if err != nil {
 		if cfg.failure(nil, err) {
 			return permanentUnless(x.mayRetry, err)
@@ -117,6 +134,30 @@ func (x *exchange) attempt(actx context.Context) error {
 		return permanentUnless(x.mayRetry, retry.WithPushback(se, d))
 	}
 	return permanentUnless(x.mayRetry, se)
+}
+
+// wire is when an attempt through a base with a bounded connection pool
+// got its connection (see attempt.Pooled).
+type wire struct {
+	trace           httptrace.ClientTrace
+	start, deadline time.Time
+	mu              sync.Mutex
+	got             time.Time // guarded by mu
+}
+
+func (w *wire) gotConn(httptrace.GotConnInfo) {
+	w.mu.Lock()
+	w.got = time.Now()
+	w.mu.Unlock()
+}
+
+// judge returns err as the attempt's: neutral if its deadline cut it
+// before it had half its time with the downstream.
+func (w *wire) judge(err error) error {
+	w.mu.Lock()
+	got := w.got
+	w.mu.Unlock()
+	return attempt.Pooled(err, w.start, got, w.deadline, time.Now())
 }
 
 // keep makes resp, held the answer the caller gets (unless a later one

@@ -22,7 +22,9 @@
 package attempt
 
 import (
+	"fmt"
 	"sync"
+	"time"
 
 	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
@@ -162,3 +164,40 @@ func (r refusal) Error() string      { return string(r) }
 func (refusal) Is(target error) bool { return target == callguard.ErrRejected }
 
 func refuse(s string) error { return breaker.Neutral(retry.Permanent(refusal(s))) }
+
+// Queued is the error of an attempt that its deadline cut while it had
+// spent most of its time in the client's own queue (an HTTP connection
+// pool at its bound) rather than with the downstream: the wait is the
+// client's, and says nothing of the downstream's health. It is neutral to
+// breakers (wrapped in breaker.Neutral by [Pooled]) and unwraps to the
+// attempt's error.
+type Queued struct {
+	Err    error
+	Waited time.Duration // in the client's queue
+	OnWire time.Duration // with the downstream, before the cut
+}
+
+func (e *Queued) Error() string {
+	return fmt.Sprintf("attempt: cut after %v waiting for a connection of the client's own and %v with the downstream: %v", e.Waited, e.OnWire, e.Err)
+}
+func (e *Queued) Unwrap() error { return e.Err }
+
+// Pooled judges an attempt that began at start with the deadline dl,
+// reached the downstream at wire (zero: never, still in the client's
+// queue) and ended with err at now: if its deadline cut it before it had
+// half its time with the downstream, err is returned as a neutral
+// [*Queued]; otherwise err as it is. The half is the chain's default
+// patience of an attempt timeout: a downstream healthy enough answers
+// within it.
+func Pooled(err error, start, wire, dl, now time.Time) error {
+	if err == nil || now.Before(dl) {
+		return err
+	}
+	if wire.IsZero() {
+		wire = now
+	}
+	if onWire, budget := dl.Sub(wire), dl.Sub(start); 2*onWire < budget {
+		return breaker.Neutral(&Queued{Err: err, Waited: wire.Sub(start), OnWire: max(onWire, 0)})
+	}
+	return err
+}

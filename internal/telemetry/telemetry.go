@@ -19,6 +19,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/attempt"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
@@ -37,6 +38,10 @@ const (
 	Failed   Outcome = "failed"   // the downstream failed, retries or not
 	Rejected Outcome = "rejected" // a breaker refused, or ended the retries; or a throttle, a limit or a bulkhead refused
 	TimedOut Outcome = "timeout"  // a timeout of the chain ended it
+	// Queued: a timeout of the chain ended it while it waited for a
+	// connection of the client's own (see attempt.Queued): the client's
+	// wait, not the downstream's.
+	Queued   Outcome = "client_queue"
 	Canceled Outcome = "canceled" // the caller canceled, or its deadline passed
 )
 
@@ -48,6 +53,8 @@ func Classify(ctx context.Context, err error) Outcome {
 		return OK
 	case errors.Is(err, breaker.ErrOpen), errors.Is(err, callguard.ErrRejected):
 		return Rejected
+	case errors.As(err, new(*attempt.Queued)):
+		return Queued
 	case timeout.Expired(err):
 		return TimedOut
 	case ctx.Err() != nil:
