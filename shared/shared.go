@@ -16,16 +16,18 @@
 //     breaker's rule, every instance opens on its own reading of the same
 //     counts;
 //   - half-open: when the open stay ends, one instance claims the probe
-//     round (SET NX) and goes half-open with the breaker's probes; the
-//     others stay open, one more stay at most, until that instance
-//     publishes the outcome: closed (they close) or open again (they
-//     follow). So the fleet sends HalfOpenProbes probes per round, not
-//     HalfOpenProbes per instance;
-//   - Redis down or slow: every operation has a deadline (Budget, 50 ms);
-//     when one fails the instance goes on with its local breaker alone,
-//     says so (Options.OnDegraded, Shared.Degraded), and reads the state
-//     back when Redis answers again. The state key outlives instances: a
-//     restarted instance reads it at Share.
+//     round (named by the open-until the state key holds: the first open
+//     stored names the stay, whatever messages were lost) and goes
+//     half-open with the breaker's probes; the others stay open, one more
+//     stay at most, until that instance publishes the outcome: closed
+//     (they close) or open again (they follow). So the fleet sends
+//     HalfOpenProbes probes per round, not HalfOpenProbes per instance;
+//   - Redis down or slow: every operation has a deadline (Budget, 50 ms),
+//     held whatever the client's options (the operation is abandoned at
+//     it, one at a time); when one fails the instance goes on with its
+//     local breaker alone, says so (Options.OnDegraded, Shared.Degraded),
+//     and reads the state back when Redis answers again. The state key
+//     outlives instances: a restarted instance reads it at Share.
 //
 // One misbehaving instance cannot open the fleet on its own view: a remote
 // trip is followed only when the fleet's counts over the breaker's window
@@ -56,13 +58,19 @@ import (
 // Options configure a shared breaker.
 type Options struct {
 	// Client is the Redis client: a *redis.Client, a *redis.ClusterClient
-	// or a failover client (redis.UniversalClient).
+	// or a failover client (redis.UniversalClient). The budget holds
+	// whatever its options; with ContextTimeoutEnabled set, an operation
+	// abandoned at the budget also ends at once in the client (and Close
+	// does not wait for the client's own ReadTimeout).
 	Client redis.UniversalClient
 	// Name names the breaker in Redis: instances that share a breaker use
 	// the same Name (keys "callguard:breaker:{Name}:…").
 	Name string
-	// Budget bounds every Redis operation (default 50 ms): past it, the
-	// instance goes on alone until Redis answers again.
+	// Budget bounds every Redis operation (default 50 ms), whatever the
+	// client does with context deadlines: past it, the operation is
+	// abandoned (its late answer dropped) and the instance goes on alone
+	// until Redis answers again. One operation runs at a time: one that
+	// finds the last still running waits for it within its own budget.
 	Budget time.Duration
 	// Sync is how often counts go to Redis and the fleet's counts and state
 	// come back (default 100 ms).
