@@ -114,7 +114,7 @@ type Shared struct {
 	sent      struct{ calls, fails uint64 } // counts already added to Redis
 	seen      string                        // the last state message applied or published
 	toldOpens uint64                        // the breaker's Opens when its open state was last told or applied
-	owesClose bool                          // an open of this instance may have reached Redis: a close must be published
+	owesClose bool                          // the fleet may hold this instance open (it published or followed an open, or probes): a close must be published
 }
 
 // Share shares b, a breaker made by breaker.New with the native engine,
@@ -455,7 +455,9 @@ func (sh *Shared) apply(msg string, calls, fails uint64, trusted bool) {
 			sh.seen = "" // one instance's view, not the fleet's (yet): checked again at the next sync
 			return
 		}
-		bridge.BreakerOpenRemote(sh.b, until)
+		if bridge.BreakerOpenRemote(sh.b, until) || sh.b.State() != breaker.StateClosed {
+			sh.owesClose = true // if this instance's probes close it, the fleet must hear it
+		}
 	case "closed":
 		if sh.b.Override() != breaker.OverrideNone {
 			return // an operator's state stays until an operator's reset
@@ -730,7 +732,11 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 		}
 		return claimed{won == 1, time.Unix(0, ns)}, nil
 	})
-	if err != nil || c.won || c.until.IsZero() {
+	if err != nil || c.won {
+		sh.owesClose = true // its probes decide the round: a close is published
+		return
+	}
+	if c.until.IsZero() {
 		return
 	}
 	if !bridge.BreakerOpenUntil(sh.b).Equal(until) {
