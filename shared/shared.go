@@ -16,16 +16,18 @@
 //     breaker's rule, every instance opens on its own reading of the same
 //     counts;
 //   - half-open: when the open stay ends, one instance claims the probe
-//     round (SET NX) and goes half-open with the breaker's probes; the
-//     others stay open, one more stay at most, until that instance
-//     publishes the outcome: closed (they close) or open again (they
-//     follow). So the fleet sends HalfOpenProbes probes per round, not
-//     HalfOpenProbes per instance;
-//   - Redis down or slow: every operation has a deadline (Budget, 50 ms);
-//     when one fails the instance goes on with its local breaker alone,
-//     says so (Options.OnDegraded, Shared.Degraded), and reads the state
-//     back when Redis answers again. The state key outlives instances: a
-//     restarted instance reads it at Share.
+//     round (named by the open-until the state key holds: the first open
+//     stored names the stay, whatever messages were lost) and goes
+//     half-open with the breaker's probes; the others stay open, one more
+//     stay at most, until that instance publishes the outcome: closed
+//     (they close) or open again (they follow). So the fleet sends
+//     HalfOpenProbes probes per round, not HalfOpenProbes per instance;
+//   - Redis down or slow: every operation has a deadline (Budget, 50 ms),
+//     held whatever the client's options (the operation is abandoned at
+//     it, one at a time); when one fails the instance goes on with its
+//     local breaker alone, says so (Options.OnDegraded, Shared.Degraded),
+//     and reads the state back when Redis answers again. The state key
+//     outlives instances: a restarted instance reads it at Share.
 //
 // One misbehaving instance cannot open the fleet on its own view: a remote
 // trip is followed only when the fleet's counts over the breaker's window
@@ -56,13 +58,19 @@ import (
 // Options configure a shared breaker.
 type Options struct {
 	// Client is the Redis client: a *redis.Client, a *redis.ClusterClient
-	// or a failover client (redis.UniversalClient).
+	// or a failover client (redis.UniversalClient). The budget holds
+	// whatever its options; with ContextTimeoutEnabled set, an operation
+	// abandoned at the budget also ends at once in the client (and Close
+	// does not wait for the client's own ReadTimeout).
 	Client redis.UniversalClient
 	// Name names the breaker in Redis: instances that share a breaker use
 	// the same Name (keys "callguard:breaker:{Name}:…").
 	Name string
-	// Budget bounds every Redis operation (default 50 ms): past it, the
-	// instance goes on alone until Redis answers again.
+	// Budget bounds every Redis operation (default 50 ms), whatever the
+	// client does with context deadlines: past it, the operation is
+	// abandoned (its late answer dropped) and the instance goes on alone
+	// until Redis answers again. One operation runs at a time: one that
+	// finds the last still running waits for it within its own budget.
 	Budget time.Duration
 	// Sync is how often counts go to Redis and the fleet's counts and state
 	// come back (default 100 ms).
@@ -89,15 +97,24 @@ type Shared struct {
 
 	reg     metric.Registration // the degraded gauge's callback
 	unwatch func()              // removes the receiver of the breaker's changes
-	changes chan breaker.StateChange
+	changed chan struct{}       // a state change to look at (coalesced: the goroutine reads the latest state)
+	ctx     context.Context     // ended by Close
 	stop    context.CancelFunc
 	done    chan struct{}
 	closeMu sync.Once
 
+	// One Redis operation at a time: a token in slot while it runs, held
+	// until it returns even when its caller stopped waiting at the budget.
+	slot   chan struct{}
+	opsMu  sync.Mutex // guards closed and the Add of ops
+	closed bool
+	ops    sync.WaitGroup
+
 	// The sharing goroutine's own (and Share's, before it starts):
-	sent     struct{ calls, fails uint64 } // counts already added to Redis
-	seen     string                        // the last state message applied
-	expected struct{ open, closed int }    // state changes this goroutine made, not to publish again
+	sent      struct{ calls, fails uint64 } // counts already added to Redis
+	seen      string                        // the last state message applied or published
+	toldOpens uint64                        // the breaker's Opens when its open state was last told or applied
+	owesClose bool                          // the fleet may hold this instance open (it published or followed an open, or probes): a close must be published
 }
 
 // Share shares b, a breaker made by breaker.New with the native engine,
@@ -133,8 +150,9 @@ func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 	sh := &Shared{b: b, s: s, o: o,
 		id:      hex.EncodeToString(idBytes[:]),
 		prefix:  "callguard:breaker:{" + o.Name + "}:",
-		changes: make(chan breaker.StateChange, 256),
+		changed: make(chan struct{}, 1),
 		done:    make(chan struct{}),
+		slot:    make(chan struct{}, 1),
 	}
 	c := b.Counts()
 	sh.sent.calls, sh.sent.fails = c.Successes+c.Failures+c.SlowUnanswered, c.Failures
@@ -159,33 +177,45 @@ func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 		}
 		sh.reg = reg
 	}
-	sh.unwatch = bridge.BreakerWatch(b, "", func(sc breaker.StateChange) {
+	sh.unwatch = bridge.BreakerWatch(b, "", func(breaker.StateChange) {
 		select {
-		case sh.changes <- sc:
-		default: // 256 changes behind: the state key tells the others at their next sync
+		case sh.changed <- struct{}{}:
+		default: // a look is due already: it reads the latest state
 		}
 	})
-	ctx, stop := context.WithCancel(context.Background())
-	sh.stop = stop
+	sh.ctx, sh.stop = context.WithCancel(context.Background())
+	ctx := sh.ctx
+	sh.toldOpens = b.Counts().Opens
 	// Subscribed before the state is read, so that no change falls between
-	// them, within the budget (go-redis makes the subscription when Redis
-	// answers, if it does not now; the state is then read at a sync).
+	// them, both within one budget (go-redis makes the subscription when
+	// Redis answers, if it does not now; the state is then read at a sync).
+	deadline := time.Now().Add(o.Budget)
 	sub := o.Client.Subscribe(ctx)
-	_ = sh.op(ctx, func(ctx context.Context) error { return sub.Subscribe(ctx, sh.channel()) })
-	if calls, fails, msg, err := sh.sync(ctx); err == nil && msg != "" {
-		sh.apply(msg, calls, fails)
+	_, _ = do(sh, ctx, deadline, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, sub.Subscribe(ctx, sh.channel())
+	})
+	if r, err := sh.syncUntil(ctx, deadline); err == nil && r.state != "" {
+		sh.apply(r.state, r.calls, r.fails, r.trusted)
 	}
 	go sh.run(ctx, sub)
 	return sh, nil
 }
 
 // Close stops sharing: the breaker goes on alone. It waits for the sharing
-// goroutine to end.
+// goroutine to end, and for a Redis operation in flight to return: Close
+// cancels its context, which ends it at once with a client that honours
+// contexts (redis.Options.ContextTimeoutEnabled); otherwise the client's
+// own timeouts end it. After Close, ForceOpen, Disable and Reset change
+// the local breaker only, and return ErrClosed.
 func (sh *Shared) Close() error {
 	var err error
 	sh.closeMu.Do(func() {
 		sh.stop()
 		<-sh.done
+		sh.opsMu.Lock()
+		sh.closed = true
+		sh.opsMu.Unlock()
+		sh.ops.Wait()
 		sh.unwatch()
 		if sh.reg != nil {
 			err = sh.reg.Unregister()
@@ -258,53 +288,137 @@ func (sh *Shared) window() int64 {
 	return max(int64((w+time.Second-1)/time.Second), 1)
 }
 
-// op runs f with the budget's deadline, and records Redis answering or
-// not (an operation that ctx itself ended says nothing about Redis).
+// ErrClosed is returned by ForceOpen, Disable and Reset after Close: the
+// local breaker changed, the fleet was not told.
+var ErrClosed = errors.New("shared: closed")
+
+// ErrBudget is the error OnDegraded gets when Redis did not answer within
+// the budget (Options.Budget), or had not yet answered the operation
+// before (one operation at a time).
+var ErrBudget = errors.New("shared: Redis did not answer within the budget")
+
+// op runs f within the budget; see do.
 func (sh *Shared) op(ctx context.Context, f func(ctx context.Context) error) error {
-	octx, cancel := context.WithTimeout(ctx, sh.o.Budget)
-	defer cancel()
-	err := f(octx)
-	if err != nil && errors.Is(err, redis.Nil) {
-		err = nil
-	}
-	if ctx.Err() != nil {
-		return err
-	}
-	was := sh.degraded.Swap(err != nil)
-	if was != (err != nil) && sh.o.OnDegraded != nil {
-		sh.o.OnDegraded(err)
-	}
+	_, err := do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, f(ctx)
+	})
 	return err
 }
 
+// do runs f on a goroutine of its own with a context that ends at
+// deadline, and returns its result if it comes by then: past the deadline
+// it returns ErrBudget whatever the client does with the context (a client
+// without ContextTimeoutEnabled ignores it on socket I/O), and f's late
+// result is dropped. One operation runs at a time per shared breaker: an
+// operation that finds the last one still running waits for it until its
+// own deadline, so that nothing piles up behind a hung Redis. It records
+// Redis answering or not (an operation that ctx itself ended says nothing
+// about Redis).
+func do[T any](sh *Shared, ctx context.Context, deadline time.Time, f func(ctx context.Context) (T, error)) (T, error) {
+	var zero T
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	type result struct {
+		v   T
+		err error
+	}
+	var r result
+	select {
+	case sh.slot <- struct{}{}:
+		sh.opsMu.Lock()
+		if sh.closed {
+			sh.opsMu.Unlock()
+			<-sh.slot
+			return zero, ErrClosed
+		}
+		sh.ops.Add(1)
+		sh.opsMu.Unlock()
+		octx, cancel := context.WithDeadline(ctx, deadline)
+		stopOnClose := context.AfterFunc(sh.ctx, cancel)
+		res := make(chan result, 1)
+		go func() {
+			defer sh.ops.Done()
+			defer func() { <-sh.slot }()
+			defer cancel()
+			defer stopOnClose()
+			v, err := f(octx)
+			if errors.Is(err, redis.Nil) {
+				err = nil
+			}
+			res <- result{v, err}
+		}()
+		select {
+		case r = <-res:
+		case <-t.C:
+			r.err = ErrBudget
+		case <-ctx.Done():
+			r.err = ctx.Err()
+		}
+	case <-t.C:
+		r.err = ErrBudget
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	if ctx.Err() != nil {
+		return r.v, r.err
+	}
+	was := sh.degraded.Swap(r.err != nil)
+	if was != (r.err != nil) && sh.o.OnDegraded != nil {
+		sh.o.OnDegraded(r.err)
+	}
+	return r.v, r.err
+}
+
 // natural writes and publishes a breaker's own change, unless an operator
-// forced or disabled the breaker; a close also clears the fleet's counts,
-// which are the outage's.
-var natural = redis.NewScript(`
+// forced or disabled the breaker, and returns the state key afterwards. An
+// open does not replace an open stay still running (ARGV[3], the time now,
+// is before its until) unless this instance holds that stay's probe round
+// (it re-opens after its probes): the first open stored names the stay and
+// its probe round for the fleet, and the instance adopts it. A close also
+// clears the fleet's counts, which are the outage's. Run with EVAL (one
+// round trip: no NOSCRIPT fallback to eat the budget).
+const naturalScript = `
 local v = redis.call('GET', KEYS[1])
-if v and (string.sub(v, 1, 7) == 'forced ' or string.sub(v, 1, 9) == 'disabled ') then return 0 end
+if v and (string.sub(v, 1, 7) == 'forced ' or string.sub(v, 1, 9) == 'disabled ') then return v end
+if v and string.sub(ARGV[1], 1, 5) == 'open ' then
+  local u = string.match(v, '^open (%d+) ')
+  if u and tonumber(u) > tonumber(ARGV[3]) and redis.call('GET', KEYS[3]) ~= u .. ' ' .. ARGV[4] then return v end
+end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('PUBLISH', KEYS[2], ARGV[1])
-for i = 3, #KEYS do redis.call('DEL', KEYS[i]) end
-return 1`)
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
+return ARGV[1]`
 
-func (sh *Shared) publishNatural(ctx context.Context, msg string, ttl time.Duration, clear bool) error {
-	keys := []string{sh.stateKey(), sh.channel()}
+// publishNatural runs naturalScript and returns the state key it leaves.
+func (sh *Shared) publishNatural(ctx context.Context, msg string, ttl time.Duration, clear bool) (string, error) {
+	keys := []string{sh.stateKey(), sh.channel(), sh.probeKey()}
 	if clear {
 		keys = append(keys, sh.windowKeys(time.Now().Unix())...)
 	}
-	return sh.op(ctx, func(ctx context.Context) error {
-		return natural.Run(ctx, sh.o.Client, keys, msg, max(ttl, time.Millisecond).Milliseconds()).Err()
+	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	return do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (string, error) {
+		return sh.o.Client.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.id).Text()
 	})
 }
 
-func (sh *Shared) publishOpen(ctx context.Context, until time.Time) error {
-	return sh.publishNatural(ctx, "open "+strconv.FormatInt(until.UnixNano(), 10)+" "+sh.id, time.Until(until)+sh.s.OpenTimeout, false)
+func openMsg(until time.Time, id string) string {
+	return "open " + strconv.FormatInt(until.UnixNano(), 10) + " " + id
 }
 
-func (sh *Shared) publishClosed(ctx context.Context) error {
-	return sh.publishNatural(ctx, "closed "+sh.id, time.Hour, true)
+// openUntilOf parses "open <until> <instance>".
+func openUntilOf(msg string) (time.Time, bool) {
+	f := strings.Fields(msg)
+	if len(f) != 3 || f[0] != "open" {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }
+
+func (sh *Shared) probeKey() string { return sh.prefix + "probe" }
 
 // operator writes and publishes an operator's change; a reset clears the
 // fleet's counts.
@@ -323,44 +437,42 @@ func (sh *Shared) operator(ctx context.Context, verb string) error {
 }
 
 // apply applies a state message, with the fleet's counts to check a trip
-// against; on the sharing goroutine (or in Share, before it starts).
-func (sh *Shared) apply(msg string, calls, fails uint64) {
+// against (trusted: counts read after the last close this instance knows
+// of); on the sharing goroutine (or in Share, before it starts).
+func (sh *Shared) apply(msg string, calls, fails uint64, trusted bool) {
 	sh.seen = msg
 	f := strings.Fields(msg)
 	if len(f) < 2 || f[len(f)-1] == sh.id {
 		return // malformed, or our own
 	}
-	before := sh.b.State()
 	switch f[0] {
 	case "open":
-		ns, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil || len(f) != 3 {
+		until, ok := openUntilOf(msg)
+		if !ok {
 			return
 		}
-		if before == breaker.StateClosed && !sh.trips(calls, fails) {
+		if sh.b.State() == breaker.StateClosed && !(trusted && sh.trips(calls, fails)) {
 			sh.seen = "" // one instance's view, not the fleet's (yet): checked again at the next sync
 			return
 		}
-		bridge.BreakerOpenRemote(sh.b, time.Unix(0, ns))
+		if bridge.BreakerOpenRemote(sh.b, until) || sh.b.State() != breaker.StateClosed {
+			sh.owesClose = true // if this instance's probes close it, the fleet must hear it
+		}
 	case "closed":
 		if sh.b.Override() != breaker.OverrideNone {
 			return // an operator's state stays until an operator's reset
 		}
 		bridge.BreakerCloseRemote(sh.b)
+		sh.owesClose = false
 	case "reset":
 		_ = sh.b.Reset()
+		sh.owesClose = false
 	case "forced":
 		_ = sh.b.ForceOpen()
 	case "disabled":
 		_ = sh.b.Disable()
 	}
-	switch after := sh.b.State(); {
-	case after == before:
-	case after == breaker.StateOpen:
-		sh.expected.open++
-	case after == breaker.StateClosed:
-		sh.expected.closed++
-	}
+	sh.toldOpens = sh.b.Counts().Opens // a change applied, not one to publish
 }
 
 // trips reports whether the fleet's counts over the breaker's window meet
@@ -376,21 +488,41 @@ func (sh *Shared) trips(calls, fails uint64) bool {
 	return s.ConsecutiveFailures > 0 && fails >= uint64(s.ConsecutiveFailures) && 2*fails >= calls
 }
 
+// syncResult is what a sync reads back: the fleet's counts over the
+// window, the state key, and whether the counts can be trusted to trip on
+// (see sync).
+type syncResult struct {
+	calls, fails uint64
+	state        string
+	trusted      bool
+}
+
 // sync adds this instance's calls and failures since the last sync to the
 // current second's buckets, and returns the fleet's over the window and
 // the state key. What could not be added (Redis down) is dropped: an
 // outage's worth of one instance's counts, added at once when Redis
-// answers again, would trip the fleet on a view of its own.
-func (sh *Shared) sync(ctx context.Context) (calls, fails uint64, state string, err error) {
+// answers again, would trip the fleet on a view of its own. The counts are
+// not trusted when the breaker closed while the sync was in flight, or
+// when a close of this instance is not yet published (the window not yet
+// cleared): they are the outage's, and would re-open the fleet on a
+// healthy downstream.
+func (sh *Shared) sync(ctx context.Context) (syncResult, error) {
+	return sh.syncUntil(ctx, time.Now().Add(sh.o.Budget))
+}
+
+func (sh *Shared) syncUntil(ctx context.Context, deadline time.Time) (syncResult, error) {
 	c := sh.b.Counts()
+	stBefore, opensBefore := sh.b.State(), c.Opens
 	nowCalls, nowFails := c.Successes+c.Failures+c.SlowUnanswered, c.Failures
 	dc, df := nowCalls-sh.sent.calls, nowFails-sh.sent.fails
 	sh.sent.calls, sh.sent.fails = nowCalls, nowFails
 	sec := time.Now().Unix()
-	err = sh.op(ctx, func(ctx context.Context) error {
+	ck, fk := sh.bucketKeys(sec)
+	ttl := time.Duration(sh.window()+2) * time.Second
+	window, stateKey := sh.windowKeys(sec), sh.stateKey()
+	r, err := do(sh, ctx, deadline, func(ctx context.Context) (syncResult, error) {
+		var r syncResult
 		p := sh.o.Client.Pipeline()
-		ck, fk := sh.bucketKeys(sec)
-		ttl := time.Duration(sh.window()+2) * time.Second
 		if dc > 0 {
 			p.IncrBy(ctx, ck, int64(dc))
 			p.Expire(ctx, ck, ttl)
@@ -399,24 +531,69 @@ func (sh *Shared) sync(ctx context.Context) (calls, fails uint64, state string, 
 			p.IncrBy(ctx, fk, int64(df))
 			p.Expire(ctx, fk, ttl)
 		}
-		got := p.MGet(ctx, sh.windowKeys(sec)...)
-		st := p.Get(ctx, sh.stateKey())
+		got := p.MGet(ctx, window...)
+		st := p.Get(ctx, stateKey)
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return err
+			return r, err
 		}
 		for i, v := range got.Val() {
 			str, _ := v.(string)
 			n, _ := strconv.ParseUint(str, 10, 64)
 			if i%2 == 0 {
-				calls += n
+				r.calls += n
 			} else {
-				fails += n
+				r.fails += n
 			}
 		}
-		state = st.Val()
-		return nil
+		r.state = st.Val()
+		return r, nil
 	})
-	return calls, fails, state, err
+	r.trusted = err == nil && !sh.owesClose && stBefore == breaker.StateClosed &&
+		sh.b.State() == breaker.StateClosed && sh.b.Counts().Opens == opensBefore
+	return r, err
+}
+
+// reconcile tells the fleet the breaker's own latest state, if the fleet
+// was not told it: an open stay the breaker entered on its own (a trip, a
+// failed probe), or a close after an open of this instance may have
+// reached Redis. It reads the breaker's state now, not the changes that
+// led to it (however many came while Redis was slow, the latest state is
+// the one published), and is tried again at every sync until Redis takes
+// it.
+func (sh *Shared) reconcile(ctx context.Context) {
+	if sh.b.Override() != breaker.OverrideNone {
+		return // an operator's state, published by ForceOpen, Disable or Reset
+	}
+	opens := sh.b.Counts().Opens
+	switch sh.b.State() {
+	case breaker.StateOpen:
+		until := bridge.BreakerOpenUntil(sh.b)
+		if opens == sh.toldOpens || until.IsZero() {
+			return
+		}
+		sh.owesClose = true
+		msg := openMsg(until, sh.id)
+		stored, err := sh.publishNatural(ctx, msg, time.Until(until)+sh.s.OpenTimeout, false)
+		if err != nil {
+			return
+		}
+		sh.toldOpens, sh.seen = opens, stored
+		if u, ok := openUntilOf(stored); ok && stored != msg {
+			// The fleet's stay began first: adopt its until (the round is
+			// named by it), staying open at least as long as our own.
+			bridge.BreakerOpenRemote(sh.b, u)
+			sh.toldOpens = sh.b.Counts().Opens
+		}
+	case breaker.StateClosed:
+		sh.toldOpens = opens // an open and its close both came while we looked away
+		if !sh.owesClose {
+			return
+		}
+		msg := "closed " + sh.id
+		if _, err := sh.publishNatural(ctx, msg, time.Hour, true); err == nil {
+			sh.owesClose, sh.seen = false, msg
+		}
+	}
 }
 
 // run is the sharing goroutine.
@@ -433,7 +610,7 @@ func (sh *Shared) run(ctx context.Context, sub *redis.PubSub) {
 		}
 	}()
 	claimAt := make(chan time.Time, 1)
-	var armed, claimed time.Time // the round a claim is set for, and the last claimed (or lost)
+	var armed, claimed time.Time // the stay a claim is set for, and the last claimed (or lost)
 	armClaim := func() {
 		until := bridge.BreakerOpenUntil(sh.b)
 		if until.IsZero() || until.Equal(claimed) || until.Equal(armed) {
@@ -463,31 +640,18 @@ func (sh *Shared) run(ctx context.Context, sub *redis.PubSub) {
 			if m.Payload == sh.seen {
 				break // read from the state key already
 			}
-			var calls, fails uint64
+			var r syncResult
 			if strings.HasPrefix(m.Payload, "open ") && sh.b.State() == breaker.StateClosed {
 				var err error
-				if calls, fails, _, err = sh.sync(ctx); err != nil {
+				if r, err = sh.sync(ctx); err != nil {
 					break // cannot check the fleet's counts: stay as we are
 				}
 			}
-			sh.apply(m.Payload, calls, fails)
+			sh.apply(m.Payload, r.calls, r.fails, r.trusted)
 			armClaim()
-		case sc := <-sh.changes:
-			switch sc.To {
-			case breaker.StateOpen:
-				if sh.expected.open > 0 {
-					sh.expected.open--
-				} else if until := bridge.BreakerOpenUntil(sh.b); sh.b.Override() == breaker.OverrideNone && !until.IsZero() {
-					_ = sh.publishOpen(ctx, until)
-				}
-				armClaim()
-			case breaker.StateClosed:
-				if sh.expected.closed > 0 {
-					sh.expected.closed--
-				} else if sh.b.Override() == breaker.OverrideNone && sh.b.State() == breaker.StateClosed {
-					_ = sh.publishClosed(ctx)
-				}
-			}
+		case <-sh.changed:
+			sh.reconcile(ctx)
+			armClaim()
 		case until := <-claimAt:
 			if !until.Equal(claimed) {
 				claimed = until
@@ -495,48 +659,96 @@ func (sh *Shared) run(ctx context.Context, sub *redis.PubSub) {
 			}
 			armClaim()
 		case <-tick.C:
-			calls, fails, msg, err := sh.sync(ctx)
+			sh.reconcile(ctx)
+			r, err := sh.sync(ctx)
 			if err != nil {
 				break
 			}
-			if msg != "" && msg != sh.seen {
-				sh.apply(msg, calls, fails) // a change whose message this instance missed
-				armClaim()
+			if r.state != "" && r.state != sh.seen {
+				sh.apply(r.state, r.calls, r.fails, r.trusted) // a change whose message this instance missed
 			}
-			if sh.b.State() == breaker.StateClosed && sh.b.Override() == breaker.OverrideNone && sh.trips(calls, fails) {
+			if r.trusted && sh.b.State() == breaker.StateClosed && sh.b.Override() == breaker.OverrideNone && sh.trips(r.calls, r.fails) {
 				if until := bridge.BreakerTrip(sh.b); !until.IsZero() {
-					sh.expected.open++
-					_ = sh.publishOpen(ctx, until)
-					armClaim()
+					sh.reconcile(ctx)
 				}
 			}
+			armClaim()
 		}
 	}
 }
 
+// claimScript claims the probe round of the fleet's open stay: the stay
+// the state key names (not the caller's own until, which a lost message
+// may have left apart from the fleet's); when the state key names none (a
+// lost publish, an expired key), the caller's stay (ARGV[2]) is stored
+// and named. The probe key holds "<until> <instance>" of the round's
+// holder. It returns {won, until of the round} ({0, ”} for an operator's
+// state).
+const claimScript = `
+local v = redis.call('GET', KEYS[1])
+if v and (string.sub(v, 1, 7) == 'forced ' or string.sub(v, 1, 9) == 'disabled ') then return {0, ''} end
+local u = v and string.match(v, '^open (%d+) ')
+if not u then
+  u = ARGV[2]
+  local msg = 'open ' .. u .. ' ' .. ARGV[1]
+  redis.call('SET', KEYS[1], msg, 'PX', ARGV[3])
+  redis.call('PUBLISH', KEYS[3], msg)
+end
+local p = redis.call('GET', KEYS[2])
+if p then
+  local pu, pid = string.match(p, '^(%d+) (%S+)$')
+  if pu == u then
+    if pid == ARGV[1] then return {1, u} end
+    return {0, u}
+  end
+end
+redis.call('SET', KEYS[2], u .. ' ' .. ARGV[1], 'PX', ARGV[3])
+return {1, u}`
+
 // claimRound claims the probe round of the stay that ends at until: the
-// instance that claims it goes half-open when the stay ends; the others
-// stay open one more stay, or until it publishes the outcome. Without
-// Redis, the instance probes on its own.
+// instance that claims it goes half-open when its stay ends; the others
+// stay open one more stay past the fleet's until, or until it publishes
+// the outcome. Without Redis, the instance probes on its own.
 func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 	if !bridge.BreakerOpenUntil(sh.b).Equal(until) {
 		return // the stay changed since (closed, extended, forced): no round to claim
 	}
-	var won bool
-	err := sh.op(ctx, func(ctx context.Context) error {
-		var err error
-		won, err = sh.o.Client.SetNX(ctx, sh.prefix+"probe:"+strconv.FormatInt(until.UnixNano(), 10), sh.id, 2*sh.s.OpenTimeout).Result()
-		return err
+	ttl := (time.Until(until) + 2*sh.s.OpenTimeout).Milliseconds()
+	keys := []string{sh.stateKey(), sh.probeKey(), sh.channel()}
+	type claimed struct {
+		won   bool
+		until time.Time
+	}
+	c, err := do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (claimed, error) {
+		v, err := sh.o.Client.Eval(ctx, claimScript, keys, sh.id, strconv.FormatInt(until.UnixNano(), 10), max(ttl, 1)).Slice()
+		if err != nil || len(v) != 2 {
+			return claimed{}, err
+		}
+		won, _ := v[0].(int64)
+		us, _ := v[1].(string)
+		ns, perr := strconv.ParseInt(us, 10, 64)
+		if perr != nil {
+			return claimed{won: won == 1}, nil
+		}
+		return claimed{won == 1, time.Unix(0, ns)}, nil
 	})
-	if err != nil || won {
+	if err != nil || c.won {
+		sh.owesClose = true // its probes decide the round: a close is published
+		return
+	}
+	if c.until.IsZero() {
 		return
 	}
 	if !bridge.BreakerOpenUntil(sh.b).Equal(until) {
 		return // closed, or extended, during the claim
 	}
-	before := sh.b.State()
-	bridge.BreakerOpenRemote(sh.b, until.Add(sh.s.OpenTimeout))
-	if before != breaker.StateOpen && sh.b.State() == breaker.StateOpen {
-		sh.expected.open++ // late: it had gone half-open; not a change to publish
+	bridge.BreakerOpenRemote(sh.b, later(c.until, until).Add(sh.s.OpenTimeout))
+	sh.toldOpens = sh.b.Counts().Opens // late (it had gone half-open): not a change to publish
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
 	}
+	return b
 }
