@@ -45,6 +45,15 @@
 // the next attempt could be admitted when it ends, and gives up at once if
 // not.
 //
+// Attempts of a unary call may run at once only for an idempotent method
+// (under a hedge, or a policy of your own): an attempt alone in flight
+// fills the caller's reply and Header, Trailer and Peer options, one
+// beside another fills its own, copied to the caller if it wins. The first
+// success is the answer: an attempt that would start after it is refused
+// before it is sent, one that answers after it is dropped. A method not
+// declared idempotent is never sent twice at once, whatever policy runs
+// it. docs/attempts.md states the invariants.
+//
 // grpc-go's own retry (from a service config) runs beneath all
 // interceptors, so its attempts multiply the chain's:
 // [Interceptors.DialOptions] adds grpc.WithDisableRetry.

@@ -20,13 +20,21 @@
 //
 // Build c in the canonical order, overall timeout → retry → breaker →
 // per-attempt timeout (see package chain); the lint checks it. Attempts run
-// one at a time, each response discarded before the next attempt, except
-// under a hedge (package hedge, or a policy of your own that runs attempts
-// at once): then the attempts of a request that may be retried (an
-// idempotent method or an Idempotency-Key, a body GetBody can replay) run
-// at once, each with its own copy of the body; the first success is the
-// answer, the others are drained and closed. Another request is not
-// hedged: a second attempt in flight gets an error.
+// one at a time, except under a hedge (package hedge, or a policy of your
+// own that runs attempts at once): then the attempts of a request that may
+// be retried (an idempotent method or an Idempotency-Key, a body GetBody
+// can replay) run at once, each with its own copy of the body. The first
+// success is the answer, whenever the others end: an attempt that would
+// start after it is refused before it is sent, an answer that comes after
+// it is drained and closed; a failure is the answer only while no attempt
+// has succeeded (the latest failure). Another request is never sent twice
+// at once: a second attempt in flight is refused before it is sent. A
+// failing answer that may be retried is read into memory (up to
+// [DrainUpTo]) and its connection released at once. Through an
+// *http.Transport with MaxConnsPerHost, an attempt its deadline cut before
+// it had half its time with the server (the rest waiting for a connection
+// of the pool) is the client's wait, neutral to breakers. docs/attempts.md
+// states the invariants.
 //
 // A local rejection (a throttle, a limiter or a bulkhead refused the
 // request before it was sent: callguard.ErrRejected) is answered with a
