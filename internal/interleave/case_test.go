@@ -97,6 +97,7 @@ type kase struct {
 	pols       []*pol
 	chain      *chain.Chain
 	canonical  bool
+	template   bool // the chain is one of templates
 	strict     bool
 	idempotent bool
 	idemKey    bool // HTTP: a POST made idempotent by an Idempotency-Key
@@ -264,6 +265,9 @@ func (cs *kase) String() string {
 	where := cs.mode.String()
 	if cs.real {
 		where += "/loopback"
+	}
+	if cs.template {
+		where += "/template"
 	}
 	return fmt.Sprintf("%s idempotent=%t concurrent=%t strict=%t chain[%s] %s", where, cs.idempotent, cs.concurrent, cs.strict, cs.chainString(), strings.Join(calls, " "))
 }

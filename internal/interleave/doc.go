@@ -53,7 +53,7 @@
 //	-interleave.cases=N     run N cases (default 1500; a fifth with -short)
 //	-interleave.duration=D  run cases for D
 //	-interleave.base=B      draw seeds B<<32 | n instead of n
-//	-interleave.loopback=N  at most N cases over loopback sockets (default 12)
+//	-interleave.loopback    run 1 case in 125 over loopback sockets (default true)
 //	-interleave.v           log every case
 //
 // For example:

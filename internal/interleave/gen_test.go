@@ -42,10 +42,10 @@ var rank = [nKinds]int{kFallback: 0, kTimeout: 1, kRetry: 2, kThrottle: 3, kHedg
 type own int
 
 const (
-	ownWrap    own = iota // runs a nested chain of its own
-	ownTwice              // runs two attempts at once, a naive hedger
-	ownPanic              // panics after the call returns, on the calls it picks
-	ownPass               // passes the call through
+	ownWrap  own = iota // runs a nested chain of its own
+	ownTwice            // runs two attempts at once, a naive hedger
+	ownPanic            // panics after the call returns, on the calls it picks
+	ownPass             // passes the call through
 )
 
 // pol is one drawn policy, its settings and what it was built into.
@@ -212,32 +212,18 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 		}
 		switch p.own {
 		case ownWrap:
-			n := 1 + r.IntN(3)
-			for range n {
+			var ks []kind
+			for range 1 + r.IntN(3) {
 				k := kind(r.IntN(int(kOwn)))
 				if k == kFallback {
 					k = kHedge
 				}
-				q, err := cs.drawPolicy(k, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				p.inner = append(p.inner, q)
+				ks = append(ks, k)
 			}
 			if r.IntN(2) == 0 {
-				slices.SortStableFunc(p.inner, func(a, b *pol) int { return rank[a.kind] - rank[b.kind] })
+				slices.SortStableFunc(ks, func(a, b kind) int { return rank[a] - rank[b] })
 			}
-			inner := make([]chain.Policy, len(p.inner))
-			var ds []string
-			for i, q := range p.inner {
-				inner[i], ds = q.p, append(ds, q.desc)
-			}
-			c, err := chain.New(inner...)
-			if err != nil {
-				return nil, err
-			}
-			p.desc = "own[" + strings.Join(ds, " → ") + "]"
-			p.p = wrapPolicy{c}
+			return cs.ownChain(ks)
 		case ownTwice:
 			p.desc = "own(twice)"
 			p.p = twicePolicy{}
@@ -252,6 +238,47 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 		}
 	}
 	return p, err
+}
+
+// ownChain draws a user's own policy that runs a chain of policies of
+// kinds ks.
+func (cs *kase) ownChain(ks []kind) (*pol, error) {
+	p := &pol{kind: kOwn, own: ownWrap}
+	for _, k := range ks {
+		q, err := cs.drawPolicy(k, 1)
+		if err != nil {
+			return nil, err
+		}
+		p.inner = append(p.inner, q)
+	}
+	inner := make([]chain.Policy, len(p.inner))
+	var ds []string
+	for i, q := range p.inner {
+		inner[i], ds = q.p, append(ds, q.desc)
+	}
+	c, err := chain.New(inner...)
+	if err != nil {
+		return nil, err
+	}
+	p.desc = "own[" + strings.Join(ds, " → ") + "]"
+	p.p = wrapPolicy{c}
+	return p, nil
+}
+
+// templates are the shapes drawn a third of the time: where the
+// policies meet around a hedge.
+var templates = [][]kind{
+	{kHedge},
+	{kHedge, kTimeout},
+	{kHedge, kLimit, kBreaker, kTimeout},
+	{kHedge, kLimit, kTimeout},
+	{kHedge, kThrottle, kTimeout},
+	{kRetry, kHedge, kBreaker, kTimeout},
+	{kRetry, kThrottle, kHedge, kLimit, kBreaker, kTimeout},
+	{kTimeout, kRetry, kBreaker, kTimeout},
+	{kHedge, kBulkhead, kTimeout},
+	{kOwn},
+	{kOwn, kBreaker},
 }
 
 // wrapPolicy is a user's own policy that runs a chain of its own.
@@ -326,20 +353,40 @@ type callKey struct{}
 // drawChain draws a chain of 1 to 6 policies in a canonical order or not.
 func (cs *kase) drawChain() error {
 	r := cs.rng
-	n := 1 + r.IntN(6)
 	var ps []*pol
-	for range n {
-		k := kind(r.IntN(int(nKinds)))
-		if k == kOwn && r.IntN(2) == 0 { // fewer own policies than the others
-			k = kHedge
+	if r.IntN(3) == 0 {
+		// a shape where policies meet around a hedge, in its place
+		t := templates[r.IntN(len(templates))]
+		for _, k := range t {
+			p, err := cs.drawPolicy(k, 0)
+			if err != nil {
+				return err
+			}
+			ps = append(ps, p)
 		}
-		p, err := cs.drawPolicy(k, 0)
-		if err != nil {
-			return err
+		if t[0] == kOwn { // a hedge in a user's own policy that wraps a chain
+			p, err := cs.ownChain([]kind{kHedge, kTimeout})
+			if err != nil {
+				return err
+			}
+			ps[0] = p
 		}
-		ps = append(ps, p)
+		cs.template = true
+	} else {
+		n := 1 + r.IntN(6)
+		for range n {
+			k := kind(r.IntN(int(nKinds)))
+			if k == kOwn && r.IntN(2) == 0 { // fewer own policies than the others
+				k = kHedge
+			}
+			p, err := cs.drawPolicy(k, 0)
+			if err != nil {
+				return err
+			}
+			ps = append(ps, p)
+		}
+		cs.canonical = r.IntN(2) == 0
 	}
-	cs.canonical = r.IntN(2) == 0
 	if cs.canonical {
 		slices.SortStableFunc(ps, func(a, b *pol) int { return rank[a.kind] - rank[b.kind] })
 		// the first timeout is the overall one; the others attempt timeouts

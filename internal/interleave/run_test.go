@@ -125,6 +125,9 @@ func (cs *kase) base(req *http.Request) (*http.Response, error) {
 
 // handler is the same downstream as an HTTP server, for loopback cases.
 func (cs *kase) handler(w http.ResponseWriter, req *http.Request) {
+	// read to the end, so that the server watches the connection and ends
+	// the request's context when the client goes
+	_, _ = io.Copy(io.Discard, req.Body)
 	i, _ := strconv.Atoi(req.Header.Get("X-Call"))
 	a, ans := cs.arrive(req.Context(), i)
 	if !cs.serve(req.Context(), a) {
