@@ -97,6 +97,8 @@ func (c *checker) cleanTimeout(a *arrival, dIn time.Duration, outer []time.Durat
 // check runs every invariant over a finished case.
 func (c *checker) check(e *env) {
 	cs := c.cs
+	cs.mu.Lock() // a downstream handler may still be recording (loopback)
+	defer cs.mu.Unlock()
 	panics := len(cs.panics) > 0
 	hasFallback := cs.has(func(p *pol) bool { return p.kind == kFallback })
 	for i, r := range cs.results {

@@ -50,7 +50,7 @@
 // # Flags
 //
 //	-interleave.seed=N      run only the case of seed N (with -v: its story)
-//	-interleave.cases=N     run N cases (default 1500; a fifth with -short)
+//	-interleave.cases=N     run N cases (default 3000; a fifth with -short)
 //	-interleave.duration=D  run cases for D
 //	-interleave.base=B      draw seeds B<<32 | n instead of n
 //	-interleave.loopback    run 1 case in 125 over loopback sockets (default true)

@@ -24,7 +24,7 @@ var (
 )
 
 // defaultCases is the bound of a plain go test run.
-const defaultCases = 1500
+const defaultCases = 3000
 
 // regressions are seeds that found defects; they run on every go test.
 var regressions = []struct {
@@ -210,8 +210,14 @@ func runSeed(t *testing.T, seed uint64) bool {
 			leaked = err.Error()
 		}
 	} else {
-		func() {
-			defer func() { crashed = recover() }()
+		// a subtest of its own: synctest.Test ends its test with FailNow
+		// when the race detector reports in the bubble
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			defer func() {
+				if v := recover(); v != nil {
+					crashed = v
+				}
+			}()
 			synctest.Test(t, func(*testing.T) {
 				defer func() {
 					if v := recover(); v != nil {
@@ -220,7 +226,7 @@ func runSeed(t *testing.T, seed uint64) bool {
 				}()
 				run()
 			})
-		}()
+		})
 	}
 	if crashed != nil {
 		vs = append(vs, violation{5, fmt.Sprintf("the case panicked or deadlocked: %v", crashed)})
@@ -247,6 +253,8 @@ func runSeed(t *testing.T, seed uint64) bool {
 
 // record adds a case to the coverage counts.
 func record(cs *kase) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	s := &stats
 	s.cases++
 	s.modes[cs.mode]++
