@@ -292,7 +292,9 @@ func (c *checker) counts() {
 			stats.throttleCounted++
 		case p.br != nil:
 			cn := p.br.Counts()
-			if int(cn.Failures+cn.SlowUnanswered) < fails+timeouts || (cs.mode == modeDo && int(cn.Successes) < succ) {
+			// over HTTP a failing answer counts when its body is done with: one
+			// discarded after another attempt won is the caller's, neutral
+			if (int(cn.Failures+cn.SlowUnanswered) < fails+timeouts && (cs.mode != modeHTTP || !multiplied)) || (cs.mode == modeDo && int(cn.Successes) < succ) {
 				c.fail(4, "%s: counts %+v, after %d failures, %d attempt timeouts and %d successes the downstream saw", p.desc, cn, fails, timeouts, succ)
 			}
 			if adm := cn.Successes + cn.Failures + cn.SlowUnanswered; int(adm) > len(cs.arrivals) {
