@@ -132,6 +132,10 @@ type prepared struct {
 	chain     *chain.Chain
 	fallback  bool               // unary calls carry their reply for it (Reply)
 	hedge     bool               // unary attempts may run at once
+	// ownReplies: every unary attempt fills a reply of its own, the
+	// winner's copied to the caller's at the end: a fallback of the chain
+	// may fill the caller's reply (Reply) while attempts run at once.
+	ownReplies bool
 	breakers  []*breaker.Breaker // an attempt while one is half-open is a probe
 	plan      plan               // for streams
 	streamErr error              // streams cannot apply the chain
@@ -154,6 +158,7 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	}
 	src, err := keyed.NewSource("grpcmw", c, cfg.perKey, func(key string, c *chain.Chain) (*prepared, error) {
 		p := &prepared{chain: c, fallback: adapter.HasFallback(c), hedge: adapter.HasHedge(c)}
+		p.ownReplies = p.fallback && adapter.Concurrent(c)
 		if cfg.readyProbes {
 			// Native engines only: their state reads without a lock, and
 			// each attempt reads it.

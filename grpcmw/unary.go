@@ -63,7 +63,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		if p.hedge && !idempotent {
 			cctx = adapter.NoHedge(cctx) // hedged like retried: idempotent methods only
 		}
-		if idempotent {
+		if idempotent || p.ownReplies {
 			if m, ok := reply.(proto.Message); ok {
 				// Here, before any attempt writes to reply: for attempts
 				// beside another (a hedge's, or a policy's of the user's own).
@@ -121,7 +121,7 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 	defer a.Finish()
 	reply, opts, trailer := u.reply, u.opts, &u.trailer
 	var out *hedgeOut
-	if a.Alone {
+	if a.Alone && (!u.p.ownReplies || u.replyType == nil) {
 		u.trailer = nil
 	} else {
 		if u.replyType == nil {
@@ -142,7 +142,9 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 			return att.ErrLost // another attempt won: this reply is dropped
 		}
 	} else if !a.Do(func() { u.answer = err }) {
-		return att.ErrLost
+		// Another attempt has won: the caller does not get this failure,
+		// the breakers inside still count it; nothing retries it.
+		return retry.Permanent(u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, false))
 	}
 	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
 }
@@ -200,7 +202,7 @@ type hedgeOut struct {
 // instead, and trailer for the pushback. A hedged call is idempotent: the
 // last of u.opts is the interceptor's own trailer option.
 func (u *unaryCall) hedgeOptions(out *hedgeOut) []grpc.CallOption {
-	callerOpts := u.opts[:len(u.opts)-1]
+	callerOpts := u.callerOpts()
 	opts := make([]grpc.CallOption, 0, len(callerOpts)+1)
 	for _, o := range callerOpts {
 		switch o.(type) {
@@ -216,6 +218,15 @@ func (u *unaryCall) hedgeOptions(out *hedgeOut) []grpc.CallOption {
 	return append(opts, grpc.Trailer(&out.pushback))
 }
 
+// callerOpts returns the caller's call options: u.opts without the
+// interceptor's own trailer option, which an idempotent call has last.
+func (u *unaryCall) callerOpts() []grpc.CallOption {
+	if u.idempotent {
+		return u.opts[:len(u.opts)-1]
+	}
+	return u.opts
+}
+
 // settle gives the caller what the attempt that won received, once every
 // attempt has returned: if it was one beside another, its reply, header,
 // trailer and peer.
@@ -227,7 +238,7 @@ func (u *unaryCall) settle(err error) error {
 	m := u.reply.(proto.Message) // replyType is set only for a proto.Message
 	proto.Reset(m)
 	proto.Merge(m, w.reply.(proto.Message))
-	for _, o := range u.opts[:len(u.opts)-1] {
+	for _, o := range u.callerOpts() {
 		switch o := o.(type) {
 		case grpc.HeaderCallOption:
 			*o.HeaderAddr = w.header

@@ -103,11 +103,19 @@ func (x *run) fire() {
 func (x *run) hedge(ctx context.Context, n int) {
 	err := errGoexit
 	defer func() {
-		if v := recover(); v != nil {
+		v := recover()
+		if v != nil {
 			err = &panicked{v}
 		}
 		x.lock()
 		x.ended(n, err)
+		if v != nil {
+			// The call will panic: the other attempts are canceled, the
+			// first on the caller's goroutine included, so that the panic
+			// reaches the caller as soon as they have returned.
+			x.closed = true
+			x.cancelOthers(n)
+		}
 		x.unlock()
 		x.results <- result{n, err}
 	}()
@@ -135,11 +143,7 @@ func (x *run) ended(n int, err error) {
 		if n > 0 {
 			x.p.wins.Add(1)
 		}
-		for i := range x.attempts[:x.launched+1] {
-			if o := &x.attempts[i]; i != n && !o.ended {
-				o.cancel()
-			}
-		}
+		x.cancelOthers(n)
 	}
 	refused := n > 0 && err != nil && notSent(err)
 	if refused {
@@ -163,6 +167,15 @@ func (x *run) ended(n int, err error) {
 func notSent(err error) bool {
 	var ns *bridge.NotSent
 	return errors.Is(err, callguard.ErrRejected) || errors.As(err, &ns)
+}
+
+// cancelOthers cancels the attempts still running but n; x locked.
+func (x *run) cancelOthers(n int) {
+	for i := range x.attempts[:x.launched+1] {
+		if o := &x.attempts[i]; i != n && !o.ended {
+			o.cancel()
+		}
+	}
 }
 
 // Finish ends the call (see bridge.HedgeCall).
@@ -214,11 +227,7 @@ func (x *run) Abort() {
 	defer func() { _ = recover() }() // a hedge's panic too: the caller's goes on
 	x.lock()
 	x.closed = true // no hedge starts from here
-	for i := range x.attempts[:x.launched+1] {
-		if a := &x.attempts[i]; i != 0 && !a.ended {
-			a.cancel()
-		}
-	}
+	x.cancelOthers(0)
 	x.unlock()
 	_ = x.Finish(errAborted)
 }

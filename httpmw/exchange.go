@@ -123,13 +123,14 @@ func (x *exchange) attempt(actx context.Context) error {
 	if resp.Body != http.NoBody && !(x.mayRetry && buffer(resp, cfg.drainUpTo, cfg.drainTimeout)) {
 		held = hold.Hold(actx) // the caller may read it after RoundTrip
 	}
+	se := &StatusError{StatusCode: resp.StatusCode}
 	if !a.Do(func() { x.keep(resp, held) }) {
-		// Another attempt has won: this failure says nothing to the caller.
+		// Another attempt has won: the caller does not get this failure,
+		// the breakers inside still count it; nothing retries it.
 		held.Release()
 		drainClose(resp.Body, cfg.drainUpTo, cfg.drainTimeout)
-		return attempt.ErrLost
+		return retry.Permanent(se)
 	}
-	se := &StatusError{StatusCode: resp.StatusCode}
 	if d, ok := adapter.RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		return permanentUnless(x.mayRetry, retry.WithPushback(se, d))
 	}

@@ -219,6 +219,15 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	if p.hedge && !x.mayRetry {
 		ctx = adapter.NoHedge(ctx) // hedged like retried: idempotent, replayable requests only
 	}
+	// A policy or a callback of the chain that panics: what the exchange
+	// kept is closed, the panic goes on.
+	finished := false
+	defer func() {
+		if !finished {
+			x.call.Close()
+			x.discard()
+		}
+	}()
 	// The returned body keeps its attempt context, if the chain makes one,
 	// until it is closed; with CountBodyErrors, the breakers' permits too.
 	if t.cfg.judgeBody {
@@ -226,6 +235,7 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	} else {
 		err = bridge.ChainDoHolding(p.chain, ctx, x.attempt)
 	}
+	finished = true
 	// The call's answer is decided: an attempt a policy left running is
 	// dropped when it answers.
 	started, _, _ := x.call.Close()

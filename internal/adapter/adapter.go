@@ -12,6 +12,10 @@ import (
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/throttle"
+	"github.com/callguard/callguard/timeout"
 )
 
 // Flatten returns c's policies, outermost first, with the policies of
@@ -44,6 +48,20 @@ func Breakers(c *chain.Chain) []*breaker.Breaker {
 func HasHedge(c *chain.Chain) bool {
 	for _, p := range Flatten(c) {
 		if _, ok := p.(*hedge.Policy); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// Concurrent reports whether c may run attempts of one call at once: it
+// has a hedge, or a policy the chain does not know (a user's own, which
+// may), nested chains included.
+func Concurrent(c *chain.Chain) bool {
+	for _, p := range Flatten(c) {
+		switch p.(type) {
+		case *breaker.Breaker, *retry.Policy, *timeout.Policy, *fallback.Policy, *throttle.Throttle, *limit.Limiter, *limit.Bulkhead:
+		default:
 			return true
 		}
 	}

@@ -16,8 +16,9 @@
 //     lost: its answer is dropped by the adapter and the attempt ends with
 //     [ErrLost], which does not match callguard.ErrRejected (it was sent:
 //     a hedge keeps its token spent);
-//   - a call whose attempts may not overlap (a request that is not
-//     idempotent) never has two in flight: Begin refuses the second;
+//   - a call that may be sent once only (a request that is not
+//     idempotent) has one attempt at most, whatever policy asks for more:
+//     Begin refuses the second, at once with the first or after it;
 //   - every attempt that began ends once ([Attempt.Finish] is idempotent).
 package attempt
 
@@ -58,7 +59,7 @@ type Attempt struct {
 // breakers and final to a retry: the attempt was never sent.
 var (
 	ErrOver       = refuse("attempt: the call already has its answer (another attempt won, or the call returned)")
-	ErrConcurrent = refuse("attempt: an attempt at once with another, of a call that may not be sent twice at once (not idempotent)")
+	ErrOnce = refuse("attempt: a second attempt of a call that may be sent once only (not idempotent)")
 )
 
 // ErrLost ends an attempt that was sent and answered after another
@@ -73,16 +74,16 @@ func (lost) Error() string { return "attempt: answered after another attempt of 
 
 // Begin starts an attempt, or refuses it (the attempt must not be sent)
 // with [ErrOver] once an attempt has committed or the call is over, and
-// with [ErrConcurrent] when another attempt is in flight and overlap is
-// false.
-func (c *Call) Begin(overlap bool) (Attempt, error) {
+// with [ErrOnce] when repeat is false (the call may be sent once only) and
+// an attempt has begun before.
+func (c *Call) Begin(repeat bool) (Attempt, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
 	case c.over || c.won != 0:
 		return Attempt{}, ErrOver
-	case c.inflight > 0 && !overlap:
-		return Attempt{}, ErrConcurrent
+	case c.started > 0 && !repeat:
+		return Attempt{}, ErrOnce
 	}
 	c.started++
 	c.inflight++

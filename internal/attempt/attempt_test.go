@@ -15,12 +15,12 @@ func TestCall(t *testing.T) {
 	if err != nil || a1.N != 1 || !a1.Alone {
 		t.Fatalf("first Begin: %+v, %v; want attempt 1 alone", a1, err)
 	}
-	if _, err := c.Begin(false); !errors.Is(err, ErrConcurrent) || !errors.Is(err, callguard.ErrRejected) {
-		t.Errorf("Begin beside another without overlap: %v; want ErrConcurrent, a local refusal", err)
+	if _, err := c.Begin(false); !errors.Is(err, ErrOnce) || !errors.Is(err, callguard.ErrRejected) {
+		t.Errorf("a second Begin of a call sent once only: %v; want ErrOnce, a local refusal", err)
 	}
 	a2, err := c.Begin(true)
 	if err != nil || a2.N != 2 || a2.Alone {
-		t.Fatalf("Begin with overlap: %+v, %v; want attempt 2, not alone", a2, err)
+		t.Fatalf("Begin of a call that may repeat: %+v, %v; want attempt 2, not alone", a2, err)
 	}
 	kept := 0
 	if !a2.Commit(func() { kept = 2 }) || kept != 2 {
@@ -76,12 +76,24 @@ func TestOneWinner(t *testing.T) {
 }
 
 func TestRefusalsNeutral(t *testing.T) {
-	for _, err := range []error{ErrOver, ErrConcurrent, ErrLost} {
+	for _, err := range []error{ErrOver, ErrOnce, ErrLost} {
 		b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 1})
 		p, _ := b.Allow(t.Context())
 		p.Done(err)
 		if b.State() != breaker.StateClosed {
 			t.Errorf("%v opened a breaker; want neutral", err)
 		}
+	}
+}
+
+func TestOnce(t *testing.T) {
+	var c Call
+	a, err := c.Begin(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Finish()
+	if _, err := c.Begin(false); !errors.Is(err, ErrOnce) {
+		t.Errorf("a second attempt, after the first ended, of a call sent once only: %v; want ErrOnce", err)
 	}
 }

@@ -89,8 +89,9 @@ type result struct {
 // kase is one case: a chain, a way to run it, the downstream's script and
 // what happened. A case's every draw comes from rng, seeded from its seed.
 type kase struct {
-	seed uint64
-	rng  *rand.Rand
+	seed    uint64
+	replyMu sync.Mutex // the fallbacks' writes to a shared gRPC reply
+	rng     *rand.Rand
 
 	mode       mode
 	real       bool // real loopback sockets, outside a bubble

@@ -40,7 +40,12 @@ func (cs *kase) degrade(ctx context.Context) error {
 			Trailer: http.Header{"X-Attempt": {fallbackBody}}, Body: io.NopCloser(bytes.NewReader([]byte(fallbackBody)))})
 	case modeGRPC:
 		if r, ok := grpcmw.Reply(ctx).(*testpb.SimpleResponse); ok {
+			// The fallbacks of a policy of the user's own that runs
+			// attempts at once share the caller's reply: a fallback safe
+			// for concurrent use fills it under a lock of its own.
+			cs.replyMu.Lock()
 			r.Payload = &testpb.Payload{Body: []byte(fallbackBody)}
+			cs.replyMu.Unlock()
 			return nil
 		}
 		return errors.New("interleave: no reply to fill")
