@@ -129,16 +129,16 @@ func passStream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn,
 // prepared is a chain as the interceptors run it: what they derive from it
 // once, when it is built.
 type prepared struct {
-	chain     *chain.Chain
-	fallback  bool               // unary calls carry their reply for it (Reply)
-	hedge     bool               // unary attempts may run at once
+	chain    *chain.Chain
+	fallback bool // unary calls carry their reply for it (Reply)
+	hedge    bool // unary attempts may run at once
 	// ownReplies: every unary attempt fills a reply of its own, the
 	// winner's copied to the caller's at the end: a fallback of the chain
 	// may fill the caller's reply (Reply) while attempts run at once.
 	ownReplies bool
-	breakers  []*breaker.Breaker // an attempt while one is half-open is a probe
-	plan      plan               // for streams
-	streamErr error              // streams cannot apply the chain
+	breakers   []*breaker.Breaker // an attempt while one is half-open is a probe
+	plan       plan               // for streams
+	streamErr  error              // streams cannot apply the chain
 }
 
 func newConfig(c *chain.Chain, opts []Option) (*config, error) {

@@ -58,7 +58,7 @@ type Attempt struct {
 // Refusals of Begin. They are local (callguard.ErrRejected), neutral to
 // breakers and final to a retry: the attempt was never sent.
 var (
-	ErrOver       = refuse("attempt: the call already has its answer (another attempt won, or the call returned)")
+	ErrOver = refuse("attempt: the call already has its answer (another attempt won, or the call returned)")
 	ErrOnce = refuse("attempt: a second attempt of a call that may be sent once only (not idempotent)")
 )
 
