@@ -58,6 +58,9 @@ type pol struct {
 	br      *breaker.Breaker
 	lim     *limit.Limiter
 	bh      *limit.Bulkhead
+	// waits: a queue with no MaxWait, where a call waits for as long as
+	// another call's attempt holds the slot.
+	waits bool
 	hg      *hedge.Policy
 	th      *throttle.Throttle
 	aimd    bool
@@ -171,6 +174,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 			s.MaxWait = time.Duration(pick(r, 0, 5, 20)) * tick
 		}
 		p.initial, p.minLim = s.InitialLimit, max(s.MinLimit, 1)
+		p.waits = s.MaxQueue > 0 && s.MaxWait == 0
 		p.desc = fmt.Sprintf("limit(%s,%d,min %d,queue %d,wait %v)", map[bool]string{true: "AIMD", false: "Gradient2"}[p.aimd], s.InitialLimit, s.MinLimit, s.MaxQueue, s.MaxWait)
 		p.lim, err = limit.New(s)
 		p.p = p.lim
@@ -181,6 +185,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 			s.MaxWait = time.Duration(pick(r, 0, 5, 20)) * tick
 		}
 		p.desc = fmt.Sprintf("bulkhead(%d,queue %d,wait %v)", s.MaxConcurrent, s.MaxQueue, s.MaxWait)
+		p.waits = s.MaxQueue > 0 && s.MaxWait == 0
 		p.bh, err = limit.NewBulkhead(s)
 		p.p = p.bh
 	case kBreaker:
