@@ -50,17 +50,17 @@ const (
 
 // pol is one drawn policy, its settings and what it was built into.
 type pol struct {
-	kind    kind
-	d       time.Duration // timeout; hedge delay; retry wait
-	n       int           // attempts; hedges; consecutive failures
-	desc    string
-	p       chain.Policy
-	br      *breaker.Breaker
-	lim     *limit.Limiter
-	bh      *limit.Bulkhead
+	kind kind
+	d    time.Duration // timeout; hedge delay; retry wait
+	n    int           // attempts; hedges; consecutive failures
+	desc string
+	p    chain.Policy
+	br   *breaker.Breaker
+	lim  *limit.Limiter
+	bh   *limit.Bulkhead
 	// waits: a queue with no MaxWait, where a call waits for as long as
 	// another call's attempt holds the slot.
-	waits bool
+	waits   bool
 	hg      *hedge.Policy
 	th      *throttle.Throttle
 	aimd    bool
