@@ -301,8 +301,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 24 {
-		t.Errorf("%d rules documented, want 24", got)
+	if got := len(chain.Rules()); got != 26 {
+		t.Errorf("%d rules documented, want 26", got)
 	}
 }
 
