@@ -67,6 +67,12 @@ type Breaker struct {
 
 	adapted bool // made by FromGobreaker
 
+	// gbSeen is, for a breaker made by FromGobreaker, what its gobreaker
+	// was after the last call through it that could change it: bit 0 set
+	// when it was not closed with no failure counted; the bits above, a
+	// version each update bumps (see noteGobreaker).
+	gbSeen atomic.Uint64
+
 	// gbOpen is, on the gobreaker engine, the error of the rejections of
 	// the last open stay, whose Until is the first instant after it (nil
 	// before the first trip); gbProbes is the error of the rejections for
@@ -216,6 +222,9 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 	}
 	b.deliver()
 	if err != nil {
+		if b.adapted {
+			b.noteGobreaker(true)
+		}
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
 			return nil, b.gbProbes
@@ -261,6 +270,9 @@ func (b *Breaker) record(g *gen, start stamp, gdone func(error), o outcome, err 
 	}
 	b.count(o)
 	gdone(gobreakerOutcome(b, o, err))
+	if b.adapted && (err != nil || b.gbSeen.Load()&1 != 0) {
+		b.noteGobreaker(false)
+	}
 	b.deliver()
 }
 

@@ -131,7 +131,11 @@ func fromGobreakerState(s gobreaker.State) State {
 // after the wrapped breaker's Name, with a zero Until, matching [ErrOpen]
 // (and [ErrTooManyProbes] for the probe quota). The returned Breaker's
 // Settings are unknown to callguard, so a chain's lint treats it as
-// opaque. A nil cb is an error.
+// opaque. A keyed set of chains (grpcmw.PerMethod, httpmw.PerHost) keeps
+// the key of such a breaker while it was open, half-open or counting
+// failures after the last call through it, as for any other breaker; calls
+// made on cb directly, not through the returned Breaker, are seen only by
+// the failures it counts while closed. A nil cb is an error.
 func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 	if cb == nil {
 		return nil, errors.New("breaker: FromGobreaker(nil): needs a gobreaker breaker")
@@ -140,4 +144,27 @@ func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 	b.gbOpen.Store(&OpenError{Name: cb.Name()})
 	b.gbProbes = &OpenError{Name: cb.Name(), Probes: true}
 	return b, nil
+}
+
+// noteGobreaker records in b.gbSeen what the gobreaker of a breaker made by
+// FromGobreaker is now, after a call through it that could change it
+// (rejected: it is open or half-open, so not clean). It runs on the
+// caller's goroutine with no lock of callguard's held, because reading the
+// gobreaker's state may call its OnStateChange; clean reads only the
+// record, and may run under a lock (a keyed set's). An update is made from
+// a read that began after the previous update, so the last one wins with
+// what the gobreaker was after every outcome recorded before it.
+func (b *Breaker) noteGobreaker(rejected bool) {
+	for {
+		seen := b.gbSeen.Load()
+		dirty := rejected || b.gb.State() != gobreaker.StateClosed || b.gb.Counts().TotalFailures > 0
+		next := (seen | 1) + 2 // the next version
+		if !dirty {
+			next--
+		}
+		if b.gbSeen.CompareAndSwap(seen, next) {
+			return
+		}
+		rejected = false // read again: another update came in between
+	}
 }

@@ -70,15 +70,17 @@ func (b *Breaker) openUntil() time.Time {
 
 // clean reports whether the breaker is closed with no failure counted
 // against it now, without advancing an open stay that is over or
-// delivering state changes. A breaker made by FromGobreaker reads clean:
-// asking its gobreaker may call the user's OnStateChange, which must not
-// run under the caller's lock.
+// delivering state changes. A breaker made by FromGobreaker is judged by
+// what its gobreaker was after the last call through it that could change
+// it (see noteGobreaker), and by the failures it counts now: asking its
+// state may call the user's OnStateChange, which must not run under the
+// caller's lock.
 func (b *Breaker) clean() bool {
 	switch {
 	case b.m != nil:
 		return b.m.clean()
 	case b.adapted:
-		return true
+		return b.gbSeen.Load()&1 == 0 && b.gb.Counts().TotalFailures == 0
 	case b.gb != nil:
 		// State queues a change, delivers none; Counts are the closed
 		// state's since its interval began.

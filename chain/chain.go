@@ -331,8 +331,15 @@ func (c *Chain) String() string {
 	return strings.Join(names, " → ")
 }
 
-// Do runs call through the chain.
+// ErrNilCall is returned by [Chain.Do] for a nil call or a nil context:
+// there is nothing to run, or nothing to run it under.
+var ErrNilCall = errors.New("chain: Do: nil call or context")
+
+// Do runs call through the chain. A nil call or context gets [ErrNilCall].
 func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error {
+	if call == nil || ctx == nil {
+		return ErrNilCall
+	}
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
@@ -344,6 +351,9 @@ func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error 
 // unless the chain has a policy it does not know (which may run a chain of
 // its own, and learns of the holding from the context).
 func (c *Chain) doHolding(ctx context.Context, call func(context.Context) error) error {
+	if call == nil || ctx == nil {
+		return ErrNilCall
+	}
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
@@ -366,6 +376,9 @@ func init() {
 // doDeferred is doHolding with the permits of successful attempts handed to
 // set (see bridge.ChainDoDeferred).
 func (c *Chain) doDeferred(ctx context.Context, set *deferred.Set, call func(context.Context) error) error {
+	if call == nil || ctx == nil {
+		return ErrNilCall
+	}
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}

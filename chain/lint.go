@@ -45,6 +45,8 @@ func Rules() []Rule {
 		{"CG022", "limiter or bulkhead queue wait at least the attempt timeout: a standing queue that spends the callers' time"},
 		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},
 		{"CG024", "limiter or bulkhead outside a retry: slots held through backoff waits; an adaptive limit measures whole requests"},
+		{"CG025", "error: the same breaker, throttle, limiter, bulkhead, hedge, budgeted retry or adaptive timeout twice in one chain: it counts each call twice"},
+		{"CG026", "info: two breakers in one chain: the inner sees every attempt the outer admits, and its rejections count as failures to the outer"},
 	}
 }
 
@@ -67,6 +69,7 @@ func lint(steps []step, o Options) []Finding {
 		o.MaxDetection = 10 * time.Second
 	}
 	l := &linter{steps: steps, o: o}
+	l.twice()
 	for i, s := range steps {
 		switch s.kind {
 		case kindBreaker:

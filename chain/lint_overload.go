@@ -1,9 +1,12 @@
 package chain
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
@@ -85,9 +88,13 @@ func (l *linter) throttle(i int) {
 			continue
 		}
 		bs := o.bp().Settings()
-		minCalls := max(bs.MinCalls, 1)
-		l.warn("CG021", "%v is inside %v: both shed load, and the throttle acts on what the breaker lets through. The breaker never counts the calls the throttle refuses (local rejections are neutral): at the throttle's cap (%s%% refused), a failure-rate window needs %d calls to see its %d, and a half-open probe the throttle refuses proves nothing, so the breaker stays half-open until the throttle's %v window forgets the outage. Fix: the throttle outside the breaker: retry → throttle → breaker → attempt timeout; the breaker acts first on an outage (its rejections are neutral to the throttle), the throttle sheds a fraction under an overload the breaker's rules do not reach.",
-			t, o.p, percent(s.MaxRejectionRate), int(math.Ceil(math.Round(float64(minCalls)/(1-min(s.MaxRejectionRate, 0.999))*1e6)/1e6)), minCalls, s.Window)
+		r := min(s.MaxRejectionRate, 0.999)
+		probes := fmt.Sprintf("a half-open probe the throttle refuses proves nothing, so the breaker stays half-open until the throttle's %v window forgets the outage", s.Window)
+		if bs.SkipHalfOpen {
+			probes = fmt.Sprintf("the breaker closes at the end of each open stay (no half-open) into a throttle that goes on refusing up to %s%% of calls until its %v window forgets the outage", percent(s.MaxRejectionRate), s.Window)
+		}
+		l.warn("CG021", "%v is inside %v: both shed load, and the throttle acts on what the breaker lets through. The breaker never counts the calls the throttle refuses (local rejections are neutral): at the throttle's cap (%s%% refused: 1 call in %d reaches its rules), %s, and %s. Fix: the throttle outside the breaker: retry → throttle → breaker → attempt timeout; the breaker acts first on an outage (its rejections are neutral to the throttle), the throttle sheds a fraction under an overload the breaker's rules do not reach.",
+			t, o.p, percent(s.MaxRejectionRate), throttled(1, r), tripRulesThrottled(bs, r), probes)
 		break
 	}
 }
@@ -136,4 +143,42 @@ func (l *linter) limit(i int, maxQueue int, maxWait time.Duration) {
 		l.warn("CG022", "%v queues calls %s for a slot, at least as long as the %v an attempt may run inside it: a queue that full is a standing queue, not a burst it absorbs, and the calls it admits late have spent their callers' time waiting. Fix: a MaxWait well below %v (a few typical latencies), so an overload is refused at once and the callers can go elsewhere.",
 			p, wait, d, d)
 	}
+}
+
+// throttled is how many calls reach a throttle that refuses the share r of
+// them for n to get through.
+func throttled(n int, r float64) int {
+	return int(math.Ceil(math.Round(float64(n)/(1-r)*1e6) / 1e6))
+}
+
+// tripRulesThrottled says, for each trip rule of a breaker with settings
+// s, how many calls it takes to see what it needs when a throttle inside
+// refuses the share r of them.
+func tripRulesThrottled(s breaker.Settings, r float64) string {
+	var parts []string
+	if n := s.ConsecutiveFailures; n > 0 {
+		parts = append(parts, fmt.Sprintf("its %d consecutive failures take %d calls to arrive", n, throttled(n, r)))
+	}
+	var rates string
+	switch {
+	case s.FailureRate > 0 && s.SlowCallRate > 0:
+		rates = "failure-rate and slow-call-rate"
+	case s.FailureRate > 0:
+		rates = "failure-rate"
+	case s.SlowCallRate > 0:
+		rates = "slow-call-rate"
+	}
+	switch {
+	case rates == "":
+	case s.WindowCalls > 0 && s.MinCalls >= s.WindowCalls:
+		parts = append(parts, fmt.Sprintf("its %s window of the last %d calls spans %d calls, all needed before it can trip", rates, s.WindowCalls, throttled(s.WindowCalls, r)))
+	case s.WindowCalls > 0:
+		parts = append(parts, fmt.Sprintf("its %s window of the last %d calls spans %d calls, and needs %d to see its %d (MinCalls)", rates, s.WindowCalls, throttled(s.WindowCalls, r), throttled(s.MinCalls, r), s.MinCalls))
+	default:
+		parts = append(parts, fmt.Sprintf("its %s window (%v) needs %d calls to see its %d (MinCalls)", rates, s.Window, throttled(s.MinCalls, r), s.MinCalls))
+	}
+	if len(parts) == 0 { // an adapted gobreaker: its rules are unknown
+		return fmt.Sprintf("its trip rules (an adapted gobreaker's, unknown to the lint) see 1 outcome per %d calls", throttled(1, r))
+	}
+	return strings.Join(parts, ", and ")
 }

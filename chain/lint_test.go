@@ -145,7 +145,7 @@ func TestRules(t *testing.T) {
 			code:    "CG021",
 			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), br(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinCalls: 20}), th(), to(time.Second)},
 			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), th(), br(breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinCalls: 20}), to(time.Second)},
-			numbers: []string{"(90% refused)", "needs 200 calls to see its 20", "1m0s window"},
+			numbers: []string{"(90% refused: 1 call in 10 reaches its rules)", "needs 200 calls to see its 20", "1m0s window"},
 		},
 		{
 			code:    "CG023",
@@ -301,8 +301,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 24 {
-		t.Errorf("%d rules documented, want 24", got)
+	if got := len(chain.Rules()); got != 26 {
+		t.Errorf("%d rules documented, want 26", got)
 	}
 }
 
@@ -427,5 +427,98 @@ func TestOptionsInvalid(t *testing.T) {
 		if c, err := o.New(rt(), br(fiveConsecutive), to(time.Second)); c != nil || err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s < 0: %v, %v; want an error naming it", name, c, err)
 		}
+	}
+}
+
+// TestCG021PerRule: the numbers of a throttle inside a breaker are those of
+// the breaker's own trip rules, at the throttle's cap (90 % refused: 1 call
+// in 10 reaches the breaker's rules), and no rule the breaker lacks is
+// named.
+func TestCG021PerRule(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		s       breaker.Settings
+		adapted bool // a gobreaker through breaker.FromGobreaker, s unused
+		numbers []string
+		absent  []string
+	}{
+		{
+			name:    "consecutive",
+			s:       breaker.Settings{ConsecutiveFailures: 5},
+			numbers: []string{"(90% refused: 1 call in 10 reaches its rules)", "its 5 consecutive failures take 50 calls to arrive", "stays half-open"},
+			absent:  []string{"rate", "window needs"},
+		},
+		{
+			name:    "rate-window",
+			s:       breaker.Settings{FailureRate: 0.5, Window: 10 * time.Second, MinCalls: 20},
+			numbers: []string{"its failure-rate window (10s) needs 200 calls to see its 20 (MinCalls)"},
+			absent:  []string{"consecutive", "slow"},
+		},
+		{
+			name:    "count-window",
+			s:       breaker.Settings{FailureRate: 0.5, WindowCalls: 50, MinCalls: 20},
+			numbers: []string{"its failure-rate window of the last 50 calls spans 500 calls, and needs 200 to see its 20 (MinCalls)"},
+			absent:  []string{"consecutive", "slow"},
+		},
+		{
+			name:    "count-window-full",
+			s:       breaker.Settings{FailureRate: 0.5, WindowCalls: 50},
+			numbers: []string{"its failure-rate window of the last 50 calls spans 500 calls, all needed before it can trip"},
+			absent:  []string{"consecutive", "slow"},
+		},
+		{
+			name:    "slow-calls",
+			s:       breaker.Settings{SlowCall: 200 * time.Millisecond, SlowCallRate: 0.5, Window: 10 * time.Second, MinCalls: 20},
+			numbers: []string{"its slow-call-rate window (10s) needs 200 calls to see its 20 (MinCalls)"},
+			absent:  []string{"consecutive", "failure-rate"},
+		},
+		{
+			name:    "default",
+			s:       breaker.Settings{},
+			numbers: []string{"its 10 consecutive failures take 100 calls to arrive", "its failure-rate window (10s) needs 200 calls to see its 20 (MinCalls)"},
+			absent:  []string{"slow"},
+		},
+		{
+			name:    "no-half-open",
+			s:       breaker.Settings{ConsecutiveFailures: 5, SkipHalfOpen: true},
+			numbers: []string{"its 5 consecutive failures take 50 calls to arrive", "closes at the end of each open stay"},
+			absent:  []string{"probe"},
+		},
+		{
+			name:    "from-gobreaker",
+			adapted: true,
+			numbers: []string{"its trip rules (an adapted gobreaker's, unknown to the lint) see 1 outcome per 10 calls", "stays half-open"},
+			absent:  []string{"consecutive", "rate"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := br(tc.s)
+			if tc.adapted {
+				b = must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{})))
+			}
+			c, err := chain.New(b, th(), to(time.Second))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var msg string
+			for _, f := range c.Findings() {
+				if f.Code == "CG021" {
+					msg = f.Message
+				}
+			}
+			if msg == "" {
+				t.Fatalf("%v: findings %v, want CG021", c, codes(c.Findings()))
+			}
+			for _, n := range tc.numbers {
+				if !strings.Contains(msg, n) {
+					t.Errorf("message lacks %q:\n%s", n, msg)
+				}
+			}
+			for _, n := range tc.absent {
+				if strings.Contains(msg, n) {
+					t.Errorf("message names %q, a rule the breaker lacks:\n%s", n, msg)
+				}
+			}
+		})
 	}
 }

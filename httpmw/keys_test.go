@@ -15,6 +15,7 @@ import (
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	"github.com/sony/gobreaker/v2"
 )
 
 // The keyed set at scale: many hosts, against an in-memory base that
@@ -175,5 +176,64 @@ func BenchmarkKeys(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// TestOpenBreakerHostNotForgottenPerEngine: a host whose breaker is open
+// keeps its chain on every engine, a gobreaker adapted with
+// breaker.FromGobreaker included (it read closed and clean, was evicted
+// and rebuilt closed: 305 requests reached the host instead of 5), also
+// when the adapted breaker's OnStateChange reads the transport's counts.
+func TestOpenBreakerHostNotForgottenPerEngine(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		build func(tr **httpmw.Transport) func(host string) (*chain.Chain, error)
+	}{
+		{"native", func(**httpmw.Transport) func(string) (*chain.Chain, error) {
+			return func(host string) (*chain.Chain, error) {
+				return chain.New(must(breaker.New(breaker.Settings{Name: host, ConsecutiveFailures: 5, OpenTimeout: time.Hour})))
+			}
+		}},
+		{"engine-gobreaker", func(**httpmw.Transport) func(string) (*chain.Chain, error) {
+			return func(host string) (*chain.Chain, error) {
+				return chain.New(must(breaker.New(breaker.Settings{Name: host, ConsecutiveFailures: 5, OpenTimeout: time.Hour, Engine: breaker.EngineGobreaker})))
+			}
+		}},
+		{"from-gobreaker", func(**httpmw.Transport) func(string) (*chain.Chain, error) {
+			return func(host string) (*chain.Chain, error) {
+				return chain.New(must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+					Name:        host,
+					Timeout:     time.Hour,
+					ReadyToTrip: func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+				}))))
+			}
+		}},
+		{"from-gobreaker-reading-the-transport", func(tr **httpmw.Transport) func(string) (*chain.Chain, error) {
+			return func(host string) (*chain.Chain, error) {
+				return chain.New(must(breaker.FromGobreaker(gobreaker.NewTwoStepCircuitBreaker[any](gobreaker.Settings{
+					Name:          host,
+					Timeout:       time.Hour,
+					ReadyToTrip:   func(c gobreaker.Counts) bool { return c.ConsecutiveFailures >= 5 },
+					OnStateChange: func(string, gobreaker.State, gobreaker.State) { _ = (*tr).Keys() },
+				}))))
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := &byHost{}
+			var tr *httpmw.Transport
+			tr = must(httpmw.New(base, nil, httpmw.PerHost(tc.build(&tr), 10)))
+			for round := range 100 {
+				getHost(t, tr, "down.test")
+				for i := range 20 {
+					getHost(t, tr, fmt.Sprintf("up%d-%d.test", round, i))
+				}
+			}
+			st := tr.Keys()
+			if got := base.down.Load(); got != 5 || st.Kept != 10 || st.Evicted != 100*20-9 {
+				t.Errorf("down.test got %d requests; keys %+v; want 5 requests (the breaker's 5 failures), 10 kept, %d evicted",
+					got, st, 100*20-9)
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/spec"
 )
 
@@ -202,5 +203,37 @@ func TestConstructorErrors(t *testing.T) {
 	}
 	if c, err := s.Chain(); err != nil || len(c.Findings()) == 0 {
 		t.Errorf("retry inside a breaker, not strict: %v, %v; want a chain with findings", c, err)
+	}
+}
+
+// TestLintErrorReadsOnce: a lint error of the chain (strict mode) reads
+// "spec: line 2: chain: error CG002: …", one line per finding, the
+// package's "chain:" not repeated after the field's (it read "chain:
+// chain: error CG002"), and errors.As still finds each chain.Finding.
+func TestLintErrorReadsOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		src   string
+		codes []string
+	}{
+		{"one", "lint: {strict: true}\nchain:\n  - breaker: {consecutiveFailures: 5}\n  - retry: {attempts: 3}\n  - timeout: 1s", []string{"CG002"}},
+		{"two", "lint: {strict: true, ignore: [CG015]}\nchain:\n  - timeout: 1s\n  - breaker: {consecutiveFailures: 5}\n  - retry: {attempts: 3}", []string{"CG002", "CG009"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := spec.Parse([]byte(tc.src))
+			var f chain.Finding
+			if !errors.As(err, &f) || f.Code != tc.codes[0] {
+				t.Fatalf("Parse: %v; want a chain.Finding %s", err, tc.codes[0])
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(tc.codes) {
+				t.Fatalf("Parse: %d lines, want %d:\n%v", len(lines), len(tc.codes), err)
+			}
+			for i, code := range tc.codes {
+				if want := "spec: line 2: chain: error " + code + ": "; !strings.HasPrefix(lines[i], want) {
+					t.Errorf("line %d: %q, want it to begin with %q", i+1, lines[i], want)
+				}
+			}
+		})
 	}
 }

@@ -222,7 +222,46 @@ type Error struct {
 // Error reads e.g. `spec: line 7: chain[2].breaker.openTimeout: "5 secs" is
 // not a duration (Go syntax: 300ms, 1.5s, 2m)`, or with the file,
 // `spec: chain.yaml:7: chain[2].breaker.openTimeout: …`.
+// A lint error of the chain (strict mode) reads `spec: line 3: chain:
+// error CG002: …`, a line per finding, each with the file, line and path.
 func (e *Error) Error() string {
+	fs := findings(e.Err)
+	if len(fs) == 0 {
+		return e.text(e.Err)
+	}
+	var b bytes.Buffer
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(e.text(fmt.Errorf("%s %s: %s", f.Severity, f.Code, f.Message)))
+	}
+	return b.String()
+}
+
+// findings returns the lint findings err is made of: a chain.Finding, or
+// the errors.Join of them that chain.Options.New returns; none if err is
+// anything else.
+func findings(err error) []chain.Finding {
+	var f chain.Finding
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		var fs []chain.Finding
+		for _, err := range j.Unwrap() {
+			if !errors.As(err, &f) {
+				return nil
+			}
+			fs = append(fs, f)
+		}
+		return fs
+	}
+	if errors.As(err, &f) {
+		return []chain.Finding{f}
+	}
+	return nil
+}
+
+// text formats e with err in place of e.Err.
+func (e *Error) text(err error) string {
 	var b bytes.Buffer
 	b.WriteString("spec: ")
 	switch {
@@ -237,8 +276,8 @@ func (e *Error) Error() string {
 		b.WriteString(e.Path)
 		b.WriteString(": ")
 	}
-	if e.Err != nil {
-		b.WriteString(e.Err.Error())
+	if err != nil {
+		b.WriteString(err.Error())
 	} else {
 		b.WriteString("invalid")
 	}
