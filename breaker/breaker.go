@@ -60,26 +60,10 @@ type Counts struct {
 // Breaker is a circuit breaker. It is safe for concurrent use. Create one with
 // [New] or [FromGobreaker]; the zero value is not usable.
 type Breaker struct {
-	s    Settings // normalized; zero for an adapted gobreaker
-	m    *machine // native engine, or nil
-	gb   *gobreaker.TwoStepCircuitBreaker[any]
+	s    Settings                 // normalized; zero for an adapted gobreaker
+	m    *machine                 // native engine, or nil
+	gb   *gbEngine                // gobreaker engine (or adapted), or nil
 	note atomic.Pointer[notifier] // nil until there is a receiver of state changes
-
-	adapted bool // made by FromGobreaker
-
-	// gbSeen is, for a breaker made by FromGobreaker, what its gobreaker
-	// was after the last call through it that could change it: bit 0 set
-	// when it was not closed with no failure counted; the bits above, a
-	// version each update bumps (see noteGobreaker).
-	gbSeen atomic.Uint64
-
-	// gbOpen is, on the gobreaker engine, the error of the rejections of
-	// the last open stay, whose Until is the first instant after it (nil
-	// before the first trip); gbProbes is the error of the rejections for
-	// the probe quota. For a breaker made by FromGobreaker both are set
-	// once, with a zero Until.
-	gbOpen   atomic.Pointer[OpenError]
-	gbProbes *OpenError
 
 	// successes is written by every successful call: it spreads over
 	// cache lines of its own once concurrent calls fight over it.
@@ -105,8 +89,8 @@ func New(s Settings) (*Breaker, error) {
 		b.note.Store(n)
 	}
 	if s.Engine == EngineGobreaker {
-		b.gb = newGobreakerEngine(b)
-		b.gbProbes = &OpenError{Name: s.Name, Probes: true}
+		b.gb = &gbEngine{probes: &OpenError{Name: s.Name, Probes: true}}
+		b.gb.cb = newGobreakerEngine(b)
 	} else {
 		b.m = newMachine(b)
 	}
@@ -125,7 +109,7 @@ func (b *Breaker) Settings() Settings { return b.s }
 // "breaker(5 consecutive, open 1s, no half-open)" (SkipHalfOpen).
 func (b *Breaker) String() string {
 	switch {
-	case b.adapted:
+	case b.adapted():
 		return "breaker(gobreaker)"
 	case b.m == nil && b.gb == nil:
 		return "breaker(zero value: make one with breaker.New)"
@@ -208,7 +192,7 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 	if b.gb == nil {
 		return nil, errZero
 	}
-	done, err := b.gb.Allow()
+	done, err := b.gb.cb.Allow()
 	if err == nil {
 		// A panicking OnStateChange must not keep gobreaker's request
 		// slot: the call will not be made.
@@ -222,18 +206,18 @@ func (b *Breaker) allowGobreaker() (func(error), error) {
 	}
 	b.deliver()
 	if err != nil {
-		if b.adapted {
+		if b.adapted() {
 			b.noteGobreaker(true)
 		}
 		if errors.Is(err, gobreaker.ErrTooManyRequests) {
 			b.rejectedProbes.Add(1)
-			return nil, b.gbProbes
+			return nil, b.gb.probes
 		}
 		b.rejectedOpen.Add(1)
-		if e := b.gbOpen.Load(); e != nil {
+		if e := b.gb.open.Load(); e != nil {
 			return nil, e
 		}
-		return nil, &OpenError{Name: b.gb.Name()} // not reached: gobreaker opened first
+		return nil, &OpenError{Name: b.gb.cb.Name()} // not reached: gobreaker opened first
 	}
 	return done, nil
 }
@@ -270,7 +254,7 @@ func (b *Breaker) record(g *gen, start stamp, gdone func(error), o outcome, err 
 	}
 	b.count(o)
 	gdone(gobreakerOutcome(b, o, err))
-	if b.adapted && (err != nil || b.gbSeen.Load()&1 != 0) {
+	if b.adapted() && (err != nil || b.gb.seen.Load()&1 != 0) {
 		b.noteGobreaker(false)
 	}
 	b.deliver()
@@ -322,7 +306,7 @@ func (b *Breaker) State() State {
 	if b.gb == nil {
 		return StateOpen // a zero Breaker: it admits nothing
 	}
-	st := b.gb.State()
+	st := b.gb.cb.State()
 	b.deliver()
 	return fromGobreakerState(st)
 }
@@ -342,7 +326,7 @@ func (b *Breaker) Counts() Counts {
 	if b.m != nil {
 		b.m.fill(&c)
 	} else if b.gb != nil {
-		c.ConsecutiveFailures = uint64(b.gb.Counts().ConsecutiveFailures)
+		c.ConsecutiveFailures = uint64(b.gb.cb.Counts().ConsecutiveFailures)
 	}
 	return c
 }

@@ -99,10 +99,10 @@ func (m *machine) control(o Override, now time.Time) {
 	var g *gen
 	switch o {
 	case OverrideOpen:
-		g = &gen{state: StateOpen, since: now, expiry: forcedUntil, manual: o,
+		g = &gen{state: StateOpen, expiry: forcedUntil, manual: o,
 			rej: &OpenError{Name: m.s.Name, Forced: true}}
 	case OverrideDisabled:
-		g = &gen{state: StateClosed, since: now, manual: o} // no window: nothing to trip on
+		g = &gen{state: StateClosed, manual: o} // no window: nothing to trip on
 	default:
 		g = m.newGen(StateClosed, now)
 		m.streak, m.lastStay, m.closedAt = 0, 0, now

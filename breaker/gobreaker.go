@@ -77,7 +77,7 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 				// stays set after the stay: a rejection that raced with
 				// the end of the stay still finds it, its Until past.
 				until := time.Now().Add(s.OpenTimeout).Add(1)
-				b.gbOpen.Store(&OpenError{Name: s.Name, Until: until})
+				b.gb.open.Store(&OpenError{Name: s.Name, Until: until})
 			}
 			b.push(fromGobreakerState(from), fromGobreakerState(to), time.Now())
 		},
@@ -98,9 +98,34 @@ func newGobreakerEngine(b *Breaker) *gobreaker.TwoStepCircuitBreaker[any] {
 	return gobreaker.NewTwoStepCircuitBreaker[any](st)
 }
 
+// gbEngine is what a breaker on the gobreaker engine, or made by
+// FromGobreaker, keeps beside its gobreaker: kept apart from Breaker so
+// that a native breaker (the one a keyed set keeps per key) does not pay
+// for it.
+type gbEngine struct {
+	cb      *gobreaker.TwoStepCircuitBreaker[any]
+	adapted bool // made by FromGobreaker
+
+	// seen is, for a breaker made by FromGobreaker, what its gobreaker
+	// was after the last call through it that could change it: bit 0 set
+	// when it was not closed with no failure counted; the bits above, a
+	// version each update bumps (see noteGobreaker).
+	seen atomic.Uint64
+
+	// open is the error of the rejections of the last open stay, whose
+	// Until is the first instant after it (nil before the first trip);
+	// probes is the error of the rejections for the probe quota. For a
+	// breaker made by FromGobreaker both are set once, with a zero Until.
+	open   atomic.Pointer[OpenError]
+	probes *OpenError
+}
+
+// adapted reports whether b was made by FromGobreaker.
+func (b *Breaker) adapted() bool { return b.gb != nil && b.gb.adapted }
+
 // gobreakerOutcome is the error passed to a gobreaker done function.
 func gobreakerOutcome(b *Breaker, o outcome, err error) error {
-	if b.adapted {
+	if b.adapted() {
 		return err // the wrapped breaker's own settings classify
 	}
 	switch o {
@@ -140,13 +165,12 @@ func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 	if cb == nil {
 		return nil, errors.New("breaker: FromGobreaker(nil): needs a gobreaker breaker")
 	}
-	b := &Breaker{gb: cb, adapted: true, s: Settings{Engine: EngineGobreaker}}
-	b.gbOpen.Store(&OpenError{Name: cb.Name()})
-	b.gbProbes = &OpenError{Name: cb.Name(), Probes: true}
+	b := &Breaker{gb: &gbEngine{cb: cb, adapted: true, probes: &OpenError{Name: cb.Name(), Probes: true}}, s: Settings{Engine: EngineGobreaker}}
+	b.gb.open.Store(&OpenError{Name: cb.Name()})
 	return b, nil
 }
 
-// noteGobreaker records in b.gbSeen what the gobreaker of a breaker made by
+// noteGobreaker records in b.gb.seen what the gobreaker of a breaker made by
 // FromGobreaker is now, after a call through it that could change it
 // (rejected: it is open or half-open, so not clean). It runs on the
 // caller's goroutine with no lock of callguard's held, because reading the
@@ -156,13 +180,13 @@ func FromGobreaker(cb *gobreaker.TwoStepCircuitBreaker[any]) (*Breaker, error) {
 // what the gobreaker was after every outcome recorded before it.
 func (b *Breaker) noteGobreaker(rejected bool) {
 	for {
-		seen := b.gbSeen.Load()
-		dirty := rejected || b.gb.State() != gobreaker.StateClosed || b.gb.Counts().TotalFailures > 0
+		seen := b.gb.seen.Load()
+		dirty := rejected || b.gb.cb.State() != gobreaker.StateClosed || b.gb.cb.Counts().TotalFailures > 0
 		next := (seen | 1) + 2 // the next version
 		if !dirty {
 			next--
 		}
-		if b.gbSeen.CompareAndSwap(seen, next) {
+		if b.gb.seen.CompareAndSwap(seen, next) {
 			return
 		}
 		rejected = false // read again: another update came in between

@@ -35,7 +35,7 @@ func init() {
 // key: see notifier. A breaker made by FromGobreaker reports its changes
 // to its own OnStateChange only: its watchers receive nothing.
 func (b *Breaker) watch(key string, fn func(StateChange)) (unwatch func()) {
-	if b.adapted {
+	if b.adapted() {
 		return func() {}
 	}
 	n := b.note.Load()
@@ -57,8 +57,8 @@ func (b *Breaker) openUntil() time.Time {
 		if g := b.m.cur.Load(); g.state == StateOpen && g.manual == OverrideNone {
 			until = g.expiry.Add(1) // it leaves open strictly after the stay
 		}
-	case b.gb != nil && !b.adapted:
-		if e := b.gbOpen.Load(); e != nil {
+	case b.gb != nil && !b.adapted():
+		if e := b.gb.open.Load(); e != nil {
 			until = e.Until // past once the stay is over
 		}
 	}
@@ -79,12 +79,12 @@ func (b *Breaker) clean() bool {
 	switch {
 	case b.m != nil:
 		return b.m.clean()
-	case b.adapted:
-		return b.gbSeen.Load()&1 == 0 && b.gb.Counts().TotalFailures == 0
+	case b.adapted():
+		return b.gb.seen.Load()&1 == 0 && b.gb.cb.Counts().TotalFailures == 0
 	case b.gb != nil:
 		// State queues a change, delivers none; Counts are the closed
 		// state's since its interval began.
-		return b.gb.State() == gobreaker.StateClosed && b.gb.Counts().TotalFailures == 0
+		return b.gb.cb.State() == gobreaker.StateClosed && b.gb.cb.Counts().TotalFailures == 0
 	}
 	return false
 }
@@ -141,10 +141,8 @@ func (m *machine) remote(open bool, until time.Time) bool {
 	case open && !until.After(now):
 	case open && (g.state != StateOpen || expiry.After(g.expiry)):
 		from := g.state
-		ng := &gen{state: StateOpen, since: now, expiry: expiry, rej: &OpenError{Name: m.s.Name, Until: until}}
-		if from == StateOpen {
-			ng.since = g.since
-		} else {
+		ng := &gen{state: StateOpen, expiry: expiry, rej: &OpenError{Name: m.s.Name, Until: until}}
+		if from != StateOpen {
 			m.b.opens.Add(1)
 			m.lastStay = until.Sub(now)
 		}

@@ -35,7 +35,6 @@ type machine struct {
 
 type gen struct {
 	state  State
-	since  time.Time
 	expiry time.Time // open: leave open strictly after this
 
 	// rej is the error of every rejection in this generation (open, and
@@ -62,7 +61,7 @@ func newMachine(b *Breaker) *machine {
 }
 
 func (m *machine) newGen(st State, now time.Time) *gen {
-	g := &gen{state: st, since: now}
+	g := &gen{state: st}
 	if st == StateClosed {
 		switch {
 		case m.s.WindowCalls > 0:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/fallback"
@@ -32,8 +33,10 @@ type Policy interface {
 // [New] or [Options.New]; the zero value, and a nil *Chain, run calls
 // directly (every method accepts them).
 type Chain struct {
-	steps    []step
-	findings []Finding
+	steps []step
+	// findings are interned: the keys of a keyed set build chains alike,
+	// and their findings' text is then kept once for all of them.
+	findings []unique.Handle[Finding]
 	holds    bool     // Do may make attempt contexts that Hold can keep
 	opaque   bool     // some step is a policy the chain does not know
 	first    stepFunc // runs step 0
@@ -63,18 +66,24 @@ type step struct {
 	tx *bridge.Timeout
 	rx *bridge.Retry
 	fx *bridge.Fallback
-	hx *bridge.Hedge
-	hr *sync.Pool // of *hedgeRunner, for a hedge step
-	// hoist, for a hedge step, is the index of the attempt timeout whose
-	// context the hedge makes for each attempt, or -1: when only
-	// breakers, throttles, limits that never queue and fixed timeouts lie
-	// inside the hedge, the
-	// soonest of those timeouts is the attempt's deadline, made at the
-	// hedge rather than a cancelable context there and a deadline inside.
-	hoist int
+	h  *hedgeStep // for a hedge step
 
 	// next runs what is inside the step: the next step, or the call.
 	next stepFunc
+}
+
+// hedgeStep is what a hedge step keeps beyond a step: kept apart so that
+// the other steps (a keyed set keeps a chain per key) do not pay for it.
+type hedgeStep struct {
+	hx *bridge.Hedge
+	hr sync.Pool // of *hedgeRunner
+	// hoist is the index of the attempt timeout whose context the hedge
+	// makes for each attempt, or -1: when only breakers, throttles,
+	// limits that never queue and fixed timeouts lie inside the hedge,
+	// the soonest of those timeouts is the attempt's deadline, made at
+	// the hedge rather than a cancelable context there and a deadline
+	// inside.
+	hoist int
 }
 
 // stepFunc runs step i of c and everything inside it (i = len(c.steps):
@@ -155,7 +164,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		case *fallback.Policy:
 			s = step{kind: kindFallback, fx: bridge.FallbackOf(v), p: p}
 		case *hedge.Policy:
-			s = step{kind: kindHedge, hx: bridge.HedgeOf(v), hr: new(sync.Pool), p: p}
+			s = step{kind: kindHedge, h: &hedgeStep{hx: bridge.HedgeOf(v)}, p: p}
 			c.holds = true // each attempt has a context of its own
 		case *throttle.Throttle:
 			s = step{kind: kindThrottle, p: p}
@@ -176,7 +185,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 	}
 	for i := range c.steps {
 		if c.steps[i].kind == kindHedge {
-			c.steps[i].hoist = c.hoistable(i)
+			c.steps[i].h.hoist = c.hoistable(i)
 		}
 	}
 	for i := range c.steps {
@@ -201,7 +210,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 			errs = append(errs, f)
 			continue
 		}
-		c.findings = append(c.findings, f)
+		c.findings = append(c.findings, unique.Make(f))
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -210,7 +219,7 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 }
 
 // hoistable returns the step whose attempt context the hedge step i can
-// make (see step.hoist), or -1.
+// make (see hedgeStep.hoist), or -1.
 func (c *Chain) hoistable(i int) int {
 	best := -1
 	for j := i + 1; j < len(c.steps); j++ {
@@ -313,7 +322,14 @@ func (c *Chain) Findings() []Finding {
 	if c == nil {
 		return nil
 	}
-	return append([]Finding(nil), c.findings...)
+	if len(c.findings) == 0 {
+		return nil
+	}
+	out := make([]Finding, len(c.findings))
+	for i, h := range c.findings {
+		out[i] = h.Value()
+	}
+	return out
 }
 
 // String renders the order, e.g.

@@ -15,7 +15,7 @@ import (
 // hedge lints the hedge step i.
 func (l *linter) hedge(i int) {
 	s := l.steps[i]
-	h := s.hx
+	h := s.h.hx
 	n := h.MaxHedges + 1
 	var budget bool
 	for j := 0; j < i; j++ {

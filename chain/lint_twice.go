@@ -128,8 +128,8 @@ func doubleCount(s *step) string {
 		st := s.p.(*limit.Bulkhead).Settings()
 		return fmt.Sprintf("each call takes 2 of its %d slots: it is full with %d calls%s", st.MaxConcurrent, st.MaxConcurrent/2, queueTwice(st.MaxQueue))
 	case kindHedge:
-		n := s.hx.MaxHedges + 1
-		return fmt.Sprintf("each attempt the outer place makes is hedged again at the inner one: up to %d × %d = %d attempts per call, and its %s%% budget counts each call twice", n, n, n*n, percent(s.hx.Budget))
+		n := s.h.hx.MaxHedges + 1
+		return fmt.Sprintf("each attempt the outer place makes is hedged again at the inner one: up to %d × %d = %d attempts per call, and its %s%% budget counts each call twice", n, n, n*n, percent(s.h.hx.Budget))
 	case kindRetry:
 		if _, _, _, ok := bridge.RetryBudget(s.p); !ok {
 			return ""

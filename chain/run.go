@@ -21,7 +21,7 @@ type frame struct {
 	owner    int           // the step that set it, or -1
 	hold     bool          // under doHolding: attempt contexts may be held
 	deferred *deferred.Set // breakers hand the permits of successes here
-	// hoisted: a hedge step made the attempt's context (see step.hoist),
+	// hoisted: a hedge step made the attempt's context (see hedgeStep.hoist),
 	// whose deadline is that of the attempt timeouts inside it.
 	hoisted bool
 }

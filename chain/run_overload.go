@@ -37,14 +37,14 @@ type hedgeRunner struct {
 }
 
 // HedgeContext makes an attempt's context: the one its attempt timeout
-// would make, when the hedge step hoists it (see step.hoist), else a
+// would make, when the hedge step hoists it (see hedgeStep.hoist), else a
 // cancelable one.
 func (r *hedgeRunner) HedgeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	s := &r.c.steps[r.i]
-	if s.hoist < 0 {
+	if s.h.hoist < 0 {
 		return context.WithCancel(ctx)
 	}
-	t := r.c.steps[s.hoist].tx
+	t := r.c.steps[s.h.hoist].tx
 	return context.WithDeadlineCause(ctx, time.Now().Add(t.D), t.Cause)
 }
 
@@ -59,24 +59,24 @@ func (c *Chain) hedge(ctx context.Context, i int, f frame, call func(context.Con
 		// context does: the hedge makes its attempts' contexts holdable.
 		ctx = hold.WithHolder(ctx)
 	}
-	r, _ := s.hr.Get().(*hedgeRunner)
+	r, _ := s.h.hr.Get().(*hedgeRunner)
 	if r == nil {
 		r = new(hedgeRunner)
 	}
 	hf := f
-	hf.hoisted = s.hoist >= 0
+	hf.hoisted = s.h.hoist >= 0
 	*r = hedgeRunner{c: c, i: i, f: hf, call: call}
-	actx, h := s.hx.Start(ctx, r)
+	actx, h := s.h.hx.Start(ctx, r)
 	if h == nil {
 		// Not hedged (a call that is not idempotent): no attempt context
 		// was made here, the timeouts inside make theirs.
 		*r = hedgeRunner{}
-		s.hr.Put(r)
+		s.h.hr.Put(r)
 		return s.next(c, actx, i+1, f, call)
 	}
 	err := c.hedged(actx, i, hf, call, h)
 	*r = hedgeRunner{}
-	s.hr.Put(r)
+	s.h.hr.Put(r)
 	return err
 }
 
@@ -145,7 +145,7 @@ func gated[P interface {
 		p.DoneNeutral()
 	case f.hoisted && timeout.Expired(err) && !bridge.BreakerMarked(err):
 		// The attempt timeout inside the step ended it, through the
-		// context a hedge outside made for it (see step.hoist): the
+		// context a hedge outside made for it (see hedgeStep.hoist): the
 		// downstream's answer, though the step's context has ended.
 		p.Done(breaker.Failure(err))
 	default:

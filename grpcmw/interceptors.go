@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
@@ -137,8 +138,30 @@ type prepared struct {
 	// may fill the caller's reply (Reply) while attempts run at once.
 	ownReplies bool
 	breakers   []*breaker.Breaker // an attempt while one is half-open is a probe
-	plan       plan               // for streams
-	streamErr  error              // streams cannot apply the chain
+	// streams is the chain's plan for streams, made at the first stream
+	// (at construction for a chain without a keyed set): the keys of a
+	// keyed set that only see unary calls do not pay for it.
+	streams atomic.Pointer[streamPlan]
+}
+
+// streamPlan is how streams apply a chain, or why they cannot.
+type streamPlan struct {
+	plan
+	err error // streams cannot apply the chain
+}
+
+// streamPlan returns the plan of p's chain for streams, made once (two
+// streams racing to make it make the same plan; one is kept).
+func (p *prepared) streamPlan() *streamPlan {
+	if sp := p.streams.Load(); sp != nil {
+		return sp
+	}
+	sp := new(streamPlan)
+	sp.plan, sp.err = planFor(p.chain)
+	if !p.streams.CompareAndSwap(nil, sp) {
+		return p.streams.Load()
+	}
+	return sp
 }
 
 func newConfig(c *chain.Chain, opts []Option) (*config, error) {
@@ -168,9 +191,10 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 				}
 			}
 		}
-		p.plan, p.streamErr = planFor(c)
-		if p.streamErr != nil && cfg.perKey == nil && !cfg.unaryOnly {
-			return nil, p.streamErr
+		if cfg.perKey == nil && !cfg.unaryOnly {
+			if sp := p.streamPlan(); sp.err != nil {
+				return nil, sp.err
+			}
 		}
 		adapter.Watch(c, key, cfg.tel.Watcher(key, cfg.onChange))
 		cfg.tel.Built(key, c)

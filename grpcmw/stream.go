@@ -30,12 +30,13 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if p.streamErr != nil {
-			return nil, p.streamErr
+		sp := p.streamPlan()
+		if sp.err != nil {
+			return nil, sp.err
 		}
 		idempotent, maxAttempts := cfg.callSettings(method, callOpts)
 		s := &stream{
-			cfg: cfg, plan: &p.plan, ctx: ctx, desc: desc, cc: cc, method: method,
+			cfg: cfg, plan: &sp.plan, ctx: ctx, desc: desc, cc: cc, method: method,
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
 		s.idle.L = &s.mu
