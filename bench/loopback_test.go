@@ -72,6 +72,7 @@ var loopbackProtos = []loopbackProto{
 		{"plain-deadline", withDeadline(newGRPCPlain)},
 		{"callguard", newGRPCCallguard},
 		{"callguard-no-timeout", newGRPCCallguardNoTimeout},
+		{"callguard-judge-from-header", newGRPCCallguardJudgeFromHeader},
 		{"failsafe", newGRPCFailsafe},
 		{"grpcmiddleware", newGRPCMiddleware},
 	}},
@@ -460,6 +461,13 @@ func newGRPCPlain(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 
 func newGRPCCallguard(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
 	return grpcImpl(tb, served, must(grpcmw.NewInterceptors(fullChain(tb), grpcmw.AllIdempotent())).DialOptions()...)
+}
+
+// newGRPCCallguardJudgeFromHeader is impl=callguard with
+// grpcmw.JudgeFromHeader: its stats handler on the connection makes
+// grpc-go emit its stats events for every call.
+func newGRPCCallguardJudgeFromHeader(tb testing.TB, served *loopbackCounter) (loopbackOp, func()) {
+	return grpcImpl(tb, served, must(grpcmw.NewInterceptors(fullChain(tb), grpcmw.AllIdempotent(), grpcmw.JudgeFromHeader())).DialOptions()...)
 }
 
 // newGRPCCallguardNoTimeout is retry → breaker without an attempt timeout:

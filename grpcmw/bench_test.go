@@ -63,6 +63,13 @@ func BenchmarkUnary(b *testing.B) {
 		{"callguard", func(b *testing.B) grpc.UnaryClientInterceptor {
 			return must(grpcmw.NewInterceptors(newChain(b, true), grpcmw.AllIdempotent(), grpcmw.UnaryOnly())).Unary()
 		}},
+		// JudgeFromHeader: each attempt carries a record of when its header
+		// went out (the in-memory invoker emits no stats events; what
+		// grpc-go adds for a stats handler is measured in bench/, over
+		// loopback).
+		{"callguard-judge-from-header", func(b *testing.B) grpc.UnaryClientInterceptor {
+			return must(grpcmw.NewInterceptors(newChain(b, true), grpcmw.AllIdempotent(), grpcmw.UnaryOnly(), grpcmw.JudgeFromHeader())).Unary()
+		}},
 		// With metrics on, to an OpenTelemetry SDK meter provider (read by
 		// a manual reader: what is measured is the recording).
 		{"callguard-metrics", func(b *testing.B) grpc.UnaryClientInterceptor {

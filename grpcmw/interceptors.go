@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/internal/keyed"
 	"github.com/callguard/callguard/internal/telemetry"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 )
 
 // Interceptors are a unary and a stream client interceptor that share one
@@ -60,15 +61,27 @@ func (i *Interceptors) Stream() grpc.StreamClientInterceptor {
 }
 
 // DialOptions returns the dial options that put the interceptors on a
-// connection: the unary one, the stream one (unless [UnaryOnly]), and
-// grpc.WithDisableRetry, so that grpc-go's own retry does not multiply the
+// connection: the unary one, the stream one (unless [UnaryOnly]), the
+// stats handler of [JudgeFromHeader] if set, and grpc.WithDisableRetry, so that grpc-go's own retry does not multiply the
 // chain's attempts.
 func (i *Interceptors) DialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(i.Unary())}
 	if i == nil || i.cfg == nil || !i.cfg.unaryOnly {
 		opts = append(opts, grpc.WithChainStreamInterceptor(i.Stream()))
 	}
+	if i != nil && i.cfg != nil && i.cfg.fromHeader {
+		opts = append(opts, grpc.WithStatsHandler(i.StatsHandler()))
+	}
 	return append(opts, grpc.WithDisableRetry())
+}
+
+// StatsHandler returns the stats handler that [JudgeFromHeader] needs on
+// the connection, which DialOptions adds; nil without JudgeFromHeader.
+func (i *Interceptors) StatsHandler() stats.Handler {
+	if i == nil || i.cfg == nil || !i.cfg.fromHeader {
+		return nil
+	}
+	return headerSent{}
 }
 
 // Breakers lists the breakers of the interceptors' chains, with their key

@@ -37,6 +37,7 @@ type config struct {
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
 	readyProbes      bool
+	fromHeader       bool // JudgeFromHeader
 	meter            metric.MeterProvider
 	logger           *slog.Logger
 	tel              *telemetry.T // nil without Metrics and Logger
@@ -167,6 +168,26 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 		}
 	})
 }
+
+// JudgeFromHeader judges a unary call's attempt on the downstream's time,
+// from when its header went out, rather than from when it began: an
+// attempt that its deadline cut before it had half its time with the
+// server — because it waited in the client's own transport for stream
+// quota (a server's grpc.MaxConcurrentStreams) or for a connection — is
+// the client's wait. Its error is then an *attempt.Queued (its Error says
+// how long it waited), neutral to the breakers, counted "client_queue" in
+// callguard.calls. Without it, a server that allows few streams at once
+// and answers within its time opens the breaker: 40 callers on a server
+// allowing one stream, a 50 ms attempt timeout and 30 ms answers
+// (docs/attempts.md).
+//
+// The line is grpc-go's stats.OutHeader event: [Interceptors.DialOptions]
+// adds a stats handler (grpc.WithStatsHandler) that marks it. With that
+// handler on the connection, grpc-go makes its stats events for every call
+// (measured: see docs/attempts.md); an interceptor installed without
+// DialOptions gets the handler from [Interceptors.StatsHandler]. Streams
+// are judged from when they began, as without it.
+func JudgeFromHeader() Option { return optionFunc(func(c *config) { c.fromHeader = true }) }
 
 // ProbesWaitForReady says whether an attempt made while a breaker of its
 // chain is half-open (a probe: a unary call's attempt, or a stream's

@@ -136,6 +136,15 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 		// slot for the whole outage.
 		opts = u.probeOptions(opts)
 	}
+	var w *att.Wire
+	if u.cfg.fromHeader {
+		if dl, ok := ctx.Deadline(); ok {
+			// The downstream's time starts when the header goes out.
+			w = new(att.Wire)
+			w.Start(dl)
+			ctx = context.WithValue(ctx, wireKey{}, w)
+		}
+	}
 	err = u.invoker(ctx, u.method, u.req, reply, u.cc, opts...)
 	if err == nil {
 		if !a.Commit(func() { u.winner, u.answer = out, nil }) {
@@ -146,7 +155,11 @@ func (u *unaryCall) attempt(ctx context.Context) error {
 		// the breakers inside still count it; nothing retries it.
 		return retry.Permanent(u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, false))
 	}
-	return u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
+	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
+	if w != nil {
+		err = w.Judge(err)
+	}
+	return err
 }
 
 // probe reports an attempt made while a breaker of the chain is half-open

@@ -85,8 +85,9 @@ func (x *exchange) attempt(actx context.Context) error {
 		if dl, ok := actx.Deadline(); ok {
 			// The base queues requests for a connection of its own: the
 			// attempt's time with the downstream starts when it has one.
-			w = &wire{start: time.Now(), deadline: dl}
-			w.trace.GotConn = w.gotConn
+			w = new(wire)
+			w.Start(dl)
+			w.trace.GotConn = func(httptrace.GotConnInfo) { w.Reached() }
 			if r == x.req {
 				r = r.WithContext(actx)
 			}
@@ -96,7 +97,7 @@ func (x *exchange) attempt(actx context.Context) error {
 	resp, err := x.t.base.RoundTrip(r)
 	cfg := x.t.cfg
 	if err != nil && w != nil {
-		err = w.judge(err)
+		err = w.Judge(err)
 	}
 	if err != nil {
 		if cfg.failure(nil, err) {
@@ -140,25 +141,8 @@ func (x *exchange) attempt(actx context.Context) error {
 // wire is when an attempt through a base with a bounded connection pool
 // got its connection (see attempt.Pooled).
 type wire struct {
-	trace           httptrace.ClientTrace
-	start, deadline time.Time
-	mu              sync.Mutex
-	got             time.Time // guarded by mu
-}
-
-func (w *wire) gotConn(httptrace.GotConnInfo) {
-	w.mu.Lock()
-	w.got = time.Now()
-	w.mu.Unlock()
-}
-
-// judge returns err as the attempt's: neutral if its deadline cut it
-// before it had half its time with the downstream.
-func (w *wire) judge(err error) error {
-	w.mu.Lock()
-	got := w.got
-	w.mu.Unlock()
-	return attempt.Pooled(err, w.start, got, w.deadline, time.Now())
+	trace httptrace.ClientTrace
+	attempt.Wire
 }
 
 // keep makes resp, held the answer the caller gets (unless a later one

@@ -202,3 +202,38 @@ func Pooled(err error, start, wire, dl, now time.Time) error {
 	}
 	return err
 }
+
+// Wire records when an attempt that may wait in the client's own queue
+// reached the downstream (an HTTP request got its connection; a gRPC call's
+// header went out), for [Pooled] to judge it. Reached may be called from
+// any goroutine, Judge after the attempt returned.
+type Wire struct {
+	start, deadline time.Time
+	mu              sync.Mutex
+	reached         time.Time // guarded by mu
+}
+
+// Start starts w for an attempt whose deadline is dl, now.
+func (w *Wire) Start(dl time.Time) { w.start, w.deadline = time.Now(), dl }
+
+// Reached records that the attempt reached the downstream, now; only the
+// first call counts.
+func (w *Wire) Reached() {
+	w.mu.Lock()
+	if w.reached.IsZero() {
+		w.reached = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// Judge returns err as the attempt's, by [Pooled]: neutral if its deadline
+// cut it before it had half its time with the downstream.
+func (w *Wire) Judge(err error) error {
+	if err == nil {
+		return nil
+	}
+	w.mu.Lock()
+	reached := w.reached
+	w.mu.Unlock()
+	return Pooled(err, w.start, reached, w.deadline, time.Now())
+}

@@ -1,9 +1,12 @@
 package attempt
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
@@ -96,4 +99,42 @@ func TestOnce(t *testing.T) {
 	if _, err := c.Begin(false); !errors.Is(err, ErrOnce) {
 		t.Errorf("a second attempt, after the first ended, of a call sent once only: %v; want ErrOnce", err)
 	}
+}
+
+// TestWire: an attempt cut by its deadline before half its time with the
+// downstream is the client's wait (neutral, *Queued), one cut after is the
+// downstream's; the first Reached counts; virtual time.
+func TestWire(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cut := context.DeadlineExceeded
+		judge := func(queued, onWire time.Duration) error {
+			var w Wire
+			w.Start(time.Now().Add(queued + onWire))
+			time.Sleep(queued)
+			w.Reached()
+			time.Sleep(onWire / 2)
+			w.Reached() // not the first: ignored
+			time.Sleep(onWire - onWire/2)
+			return w.Judge(cut)
+		}
+		neutral := func(err error) bool {
+			b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 1})
+			_ = b.Do(context.Background(), func(context.Context) error { return err })
+			return b.State() == breaker.StateClosed
+		}
+		if err := judge(30*time.Millisecond, 20*time.Millisecond); !errors.As(err, new(*Queued)) || !neutral(err) {
+			t.Errorf("30 ms queued, 20 ms on the wire: %v, want a neutral *Queued", err)
+		}
+		if err := judge(20*time.Millisecond, 30*time.Millisecond); err != cut {
+			t.Errorf("20 ms queued, 30 ms on the wire: %v, want the cut as it is", err)
+		}
+		var w Wire
+		w.Start(time.Now().Add(time.Second))
+		if err := w.Judge(cut); err != cut {
+			t.Errorf("before its deadline: %v, want the error as it is", err)
+		}
+		if w.Judge(nil) != nil {
+			t.Error("a success judged a failure")
+		}
+	})
 }

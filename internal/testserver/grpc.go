@@ -68,12 +68,18 @@ type GRPC struct {
 // NewGRPC starts a server on 127.0.0.1:0 that answers the n-th call (from
 // 1, Check and Watch counted together) as answer says.
 func NewGRPC(answer func(n int64, method string) GRPCAnswer) (*GRPC, error) {
+	return NewGRPCWith(answer)
+}
+
+// NewGRPCWith is NewGRPC with options of the server's own, e.g.
+// grpc.MaxConcurrentStreams.
+func NewGRPCWith(answer func(n int64, method string) GRPCAnswer, opts ...grpc.ServerOption) (*GRPC, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	s := &GRPC{Addr: lis.Addr().String(), answer: answer}
-	s.start(lis)
+	s.start(lis, opts...)
 	return s, nil
 }
 
@@ -85,8 +91,8 @@ func NewGRPCBufconn(answer func(n int64, method string) GRPCAnswer) *GRPC {
 	return s
 }
 
-func (s *GRPC) start(lis net.Listener) {
-	s.srv = grpc.NewServer()
+func (s *GRPC) start(lis net.Listener, opts ...grpc.ServerOption) {
+	s.srv = grpc.NewServer(opts...)
 	healthpb.RegisterHealthServer(s.srv, &health{s: s})
 	testpb.RegisterTestServiceServer(s.srv, &streams{s: s})
 	go func() { _ = s.srv.Serve(lis) }()

@@ -1,0 +1,32 @@
+package grpcmw
+
+import (
+	"context"
+
+	att "github.com/callguard/callguard/internal/attempt"
+	"google.golang.org/grpc/stats"
+)
+
+// wireKey carries, with JudgeFromHeader, an attempt's *att.Wire to the
+// stats handler, which marks when the attempt's header went out.
+type wireKey struct{}
+
+// headerSent is the stats handler of JudgeFromHeader: grpc-go emits a
+// client's stats.OutHeader once the call has its stream (after any wait
+// for stream quota or a ready connection) and its header is queued to be
+// written, on the attempt's context.
+type headerSent struct{}
+
+func (headerSent) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+func (headerSent) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
+	return ctx
+}
+func (headerSent) HandleConn(context.Context, stats.ConnStats) {}
+
+func (headerSent) HandleRPC(ctx context.Context, s stats.RPCStats) {
+	if h, ok := s.(*stats.OutHeader); ok && h.Client {
+		if w, ok := ctx.Value(wireKey{}).(*att.Wire); ok {
+			w.Reached()
+		}
+	}
+}
