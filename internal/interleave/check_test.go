@@ -147,11 +147,15 @@ func (c *checker) check(e *env) {
 			c.fail(2, "call %d is not idempotent and reached the downstream %d times", i, len(as))
 		}
 		// 5: a call ends with its attempts or its caller
+		// (every attempt that a cancel does not end is waited for, whatever
+		// its place among the call's attempts)
 		last := time.Duration(0)
 		for _, a := range as {
 			if !a.endedByCtx {
 				last = max(last, a.end)
 			}
+		}
+		for _, a := range as {
 			if a.ans.kind == aPanic && r.panicked != nil && r.end > max(last, a.end)+c.slack*4 {
 				c.fail(5, "call %d: attempt %d panicked at %v, the panic reached the caller at %v (the other attempts were not canceled)", i, a.n, a.end, r.end)
 			}

@@ -49,6 +49,10 @@ var regressions = []struct {
 	{1249, "httpmw: a success is lost and the fallback's httpmw.Respond is refused"},
 	{11, "httpmw: a panic in a user's policy leaves a response body open"},
 	{254, "httpmw: a panic in a fallback leaves a response body open"},
+	// The harness's own: invariant 5 waited only for the deaf attempts
+	// listed before the one that panicked.
+	{47244676723, "harness: a panic that waits for a deaf hedge of a nested hedge read as late"},
+	{47244661118, "harness: a panic that waits for a deaf attempt under a user's policy run twice read as late"},
 }
 
 // coverage counts what the cases exercised, so that the harness cannot
