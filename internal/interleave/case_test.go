@@ -99,6 +99,7 @@ type kase struct {
 	chain      *chain.Chain
 	canonical  bool
 	template   bool // the chain is one of templates
+	fromSpec   bool // the chain was built from a spec file
 	strict     bool
 	idempotent bool
 	idemKey    bool // HTTP: a POST made idempotent by an Idempotency-Key

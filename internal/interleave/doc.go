@@ -10,7 +10,10 @@
 // fallback, hedge, throttle, limit with AIMD or Gradient2, bulkhead, and a
 // user's own policy: one that runs a nested chain, one that runs two
 // attempts at once, one that panics), in the canonical order or not, built
-// with chain.New (strict or not: a chain it refuses is drawn again); how
+// with chain.New (strict or not: a chain it refuses is drawn again) or, for
+// a quarter of the chains a file can say, written as a spec file and
+// built by package spec (a file refused for more than its lint fails the
+// run); how
 // to run it (chain.Do, httpmw over an http.Client, grpcmw over a gRPC
 // connection); whether the request is idempotent; 1 to 4 calls, at once or
 // one after another, with caller deadlines and cancellations; and, for each

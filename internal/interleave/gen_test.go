@@ -15,6 +15,7 @@ import (
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/spec"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
 )
@@ -73,6 +74,9 @@ type pol struct {
 	own     own
 	inner   []*pol // ownWrap: its chain
 	panicOn uint64 // ownPanic: a bit per call index
+	// spec is the policy as an entry of a spec file ("" for what needs
+	// code: a fallback, a user's own policy, a panicking callback).
+	spec string
 }
 
 // inside reports whether p's kind multiplies attempts.
@@ -122,19 +126,26 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 	case kTimeout:
 		p.d = time.Duration(pick(r, 5, 10, 20, 30, 50, 100, 300)) * tick
 		p.desc = fmt.Sprintf("timeout(%v)", p.d)
+		p.spec = fmt.Sprintf("timeout: %v", p.d)
 		p.p, err = timeout.New(p.d)
 	case kRetry:
 		p.n = 2 + r.IntN(3)
 		p.d = time.Duration(pick(r, 0, 1, 5, 10, 20)) * tick
 		p.panics = r.IntN(15) == 0
 		opts := []retry.Option{retry.MaxAttempts(p.n), retry.Jitter(0)}
+		waits := fmt.Sprintf("constant: %v", p.d)
 		if r.IntN(2) == 0 || p.d == 0 {
 			opts = append(opts, retry.Constant(p.d))
 		} else {
 			opts = append(opts, retry.Exponential(p.d, 8*p.d))
+			waits = fmt.Sprintf("exponential: {initial: %v, max: %v}", p.d, 8*p.d)
 		}
-		if r.IntN(6) == 0 {
+		whenOpen := r.IntN(6) == 0
+		if whenOpen {
 			opts = append(opts, retry.RetryWhenOpen())
+		}
+		if !p.panics {
+			p.spec = fmt.Sprintf("retry: {attempts: %d, jitter: 0, %s, retryWhenOpen: %t}", p.n, waits, whenOpen)
 		}
 		if p.panics {
 			opts = append(opts, retry.OnRetry(func(int, error, time.Duration) { cs.panicked("OnRetry") }))
@@ -144,6 +155,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 	case kThrottle:
 		s := throttle.Settings{Window: time.Hour, MinRequests: pick(r, 1, 3, 20), K: pick(r, 0, 1.5, 2)}
 		p.desc = fmt.Sprintf("throttle(min %d,K %v)", s.MinRequests, s.K)
+		p.spec = fmt.Sprintf("throttle: {window: 1h, minRequests: %d, k: %v}", s.MinRequests, s.K)
 		p.th, err = throttle.New(s)
 		p.p = p.th
 	case kHedge:
@@ -153,6 +165,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 		p.burst = pick(r, 0, 1, 2, 30)
 		s := hedge.Settings{Delay: p.d, MaxHedges: p.n, Budget: p.budget, Burst: p.burst}
 		p.desc = fmt.Sprintf("hedge(%v,≤%d,budget %v,burst %d)", p.d, p.n, p.budget, p.burst)
+		p.spec = fmt.Sprintf("hedge: {delay: %v, maxHedges: %d, budget: %v, burst: %d}", p.d, p.n, p.budget, p.burst)
 		p.hg, err = hedge.New(s)
 		p.p = p.hg
 		if p.budget == 0 {
@@ -176,6 +189,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 		p.initial, p.minLim = s.InitialLimit, max(s.MinLimit, 1)
 		p.waits = s.MaxQueue > 0 && s.MaxWait == 0
 		p.desc = fmt.Sprintf("limit(%s,%d,min %d,queue %d,wait %v)", map[bool]string{true: "AIMD", false: "Gradient2"}[p.aimd], s.InitialLimit, s.MinLimit, s.MaxQueue, s.MaxWait)
+		p.spec = fmt.Sprintf("limit: {algorithm: %s, initialLimit: %d, minLimit: %d, maxQueue: %d, maxWait: %v}", map[bool]string{true: "aimd", false: "gradient2"}[p.aimd], s.InitialLimit, s.MinLimit, s.MaxQueue, s.MaxWait)
 		p.lim, err = limit.New(s)
 		p.p = p.lim
 	case kBulkhead:
@@ -185,6 +199,7 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 			s.MaxWait = time.Duration(pick(r, 0, 5, 20)) * tick
 		}
 		p.desc = fmt.Sprintf("bulkhead(%d,queue %d,wait %v)", s.MaxConcurrent, s.MaxQueue, s.MaxWait)
+		p.spec = fmt.Sprintf("bulkhead: {maxConcurrent: %d, maxQueue: %d, maxWait: %v}", s.MaxConcurrent, s.MaxQueue, s.MaxWait)
 		p.waits = s.MaxQueue > 0 && s.MaxWait == 0
 		p.bh, err = limit.NewBulkhead(s)
 		p.p = p.bh
@@ -208,6 +223,10 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 			}
 		}
 		p.desc = fmt.Sprintf("breaker(%d consecutive,rate %v/%d,open %v,probes %d,panics=%t)", s.ConsecutiveFailures, s.FailureRate, s.MinCalls, s.OpenTimeout, s.HalfOpenProbes, p.panics)
+		if !p.panics {
+			p.spec = fmt.Sprintf("breaker: {consecutiveFailures: %d, failureRate: %v, minCalls: %d, windowCalls: %d, openTimeout: %v, maxOpenTimeout: %v, halfOpenProbes: %d}",
+				s.ConsecutiveFailures, s.FailureRate, s.MinCalls, s.WindowCalls, s.OpenTimeout, s.MaxOpenTimeout, s.HalfOpenProbes)
+		}
 		p.br, err = breaker.New(s)
 		p.p = p.br
 	case kOwn:
@@ -415,8 +434,65 @@ func (cs *kase) drawChain() error {
 		policies[i] = p.p
 	}
 	cs.strict = r.IntN(4) == 0
+	if cs.viaSpec() {
+		return cs.buildFromSpec()
+	}
 	var err error
 	cs.chain, err = chain.Options{Strict: cs.strict}.New(policies...)
+	return err
+}
+
+// viaSpec reports whether the case's chain is built from a spec file: a
+// quarter of the chains a file can say (no fallback, no user's own
+// policy, no panicking callback). The choice comes from the seed, not
+// from rng, so that a seed's other draws are what they were before
+// chains were built through spec.
+func (cs *kase) viaSpec() bool {
+	for _, p := range cs.pols {
+		if p.spec == "" {
+			return false
+		}
+	}
+	return rand.New(rand.NewPCG(cs.seed, 0x5bec)).IntN(4) == 0
+}
+
+// buildFromSpec writes the drawn chain as a spec file, parses it, and
+// makes the policies the case watches the ones the file built.
+func (cs *kase) buildFromSpec() error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lint: {strict: %t}\nchain:\n", cs.strict)
+	for _, p := range cs.pols {
+		fmt.Fprintf(&b, "  - %s\n", p.spec)
+	}
+	sp, err := spec.Parse([]byte(b.String()))
+	if err != nil {
+		if !errors.As(err, new(chain.Finding)) && stats.specRefused == "" {
+			stats.specRefused = fmt.Sprintf("%v\n%s", err, b.String())
+		}
+		return err
+	}
+	ps, err := sp.Policies()
+	if err != nil {
+		return err
+	}
+	for i, p := range cs.pols {
+		p.p = ps[i]
+		p.desc = "spec:" + p.desc
+		switch v := ps[i].(type) {
+		case *breaker.Breaker:
+			p.br = v
+		case *limit.Limiter:
+			p.lim = v
+		case *limit.Bulkhead:
+			p.bh = v
+		case *hedge.Policy:
+			p.hg = v
+		case *throttle.Throttle:
+			p.th = v
+		}
+	}
+	cs.chain, err = sp.Options().New(ps...)
+	cs.fromSpec = err == nil
 	return err
 }
 

@@ -63,6 +63,8 @@ type coverage struct {
 	real, hedged, nonIdempotent, panicked, cleanSuccesses int
 	hedgeCounted, throttleCounted, breakerCounted         int
 	limitCounted, probesChecked, telemetryChecked         int
+	viaSpec                                               int    // chains built from a spec file
+	specRefused                                           string // a spec file refused for more than its lint: the harness's rendering is wrong
 }
 
 var stats coverage
@@ -105,9 +107,12 @@ func TestInterleave(t *testing.T) {
 	el := time.Since(start)
 	s := &stats
 	t.Logf("%d cases in %v: %.0f cases/s; %d failed", s.cases, el.Round(time.Millisecond), float64(s.cases)/el.Seconds(), failed)
-	t.Logf("coverage: Do %d, http %d, grpc %d (loopback %d); hedged %d, not idempotent %d, panicked %d, clean successes %d; hedge counts checked %d, throttle %d, breaker %d, limit drops %d, probes %d, telemetry %d; chains redrawn %d",
+	t.Logf("coverage: Do %d, http %d, grpc %d (loopback %d); hedged %d, not idempotent %d, panicked %d, clean successes %d; hedge counts checked %d, throttle %d, breaker %d, limit drops %d, probes %d, telemetry %d; chains redrawn %d, built from a spec file %d",
 		s.modes[0], s.modes[1], s.modes[2], s.real, s.hedged, s.nonIdempotent, s.panicked, s.cleanSuccesses,
-		s.hedgeCounted, s.throttleCounted, s.breakerCounted, s.limitCounted, s.probesChecked, s.telemetryChecked, s.drawRetries)
+		s.hedgeCounted, s.throttleCounted, s.breakerCounted, s.limitCounted, s.probesChecked, s.telemetryChecked, s.drawRetries, s.viaSpec)
+	if s.specRefused != "" {
+		t.Errorf("a drawn chain written as a spec file was refused for more than its lint: %s", s.specRefused)
+	}
 	if s.cases >= 200 {
 		for _, c := range []struct {
 			name     string
@@ -118,7 +123,7 @@ func TestInterleave(t *testing.T) {
 			{"cases with a panic", s.panicked, s.cases / 100}, {"clean successes", s.cleanSuccesses, s.cases / 5},
 			{"hedge counts checked", s.hedgeCounted, s.cases / 100}, {"throttle counts checked", s.throttleCounted, s.cases / 100},
 			{"breaker counts checked", s.breakerCounted, s.cases / 50}, {"probes checked", s.probesChecked, s.cases / 20},
-			{"telemetry checked", s.telemetryChecked, s.cases / 20},
+			{"telemetry checked", s.telemetryChecked, s.cases / 20}, {"chains from a spec file", s.viaSpec, s.cases / 50},
 		} {
 			if c.got < c.min {
 				t.Errorf("coverage: %d %s in %d cases, want at least %d: the invariants were hardly exercised", c.got, c.name, s.cases, c.min)
@@ -262,6 +267,9 @@ func record(cs *kase) {
 	s := &stats
 	s.cases++
 	s.modes[cs.mode]++
+	if cs.fromSpec {
+		s.viaSpec++
+	}
 	if cs.real {
 		s.real++
 	}
