@@ -258,7 +258,18 @@ func (c *checker) counts() {
 		}
 		var outer []time.Duration
 		multiplied := false
-		for _, q := range cs.pols[:j] {
+		// outside p, the policies a user's own nests count in their place:
+		// a timeout of a nested chain is a deadline outside p
+		var outside []*pol
+		var flat func([]*pol)
+		flat = func(ps []*pol) {
+			for _, q := range ps {
+				outside = append(outside, q)
+				flat(q.inner)
+			}
+		}
+		flat(cs.pols[:j])
+		for _, q := range outside {
 			multiplied = multiplied || q.multiplies() || q.kind == kLimit || q.kind == kBulkhead
 			if q.kind == kTimeout {
 				if multiplied {

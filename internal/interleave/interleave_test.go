@@ -53,6 +53,9 @@ var regressions = []struct {
 	// listed before the one that panicked.
 	{47244676723, "harness: a panic that waits for a deaf hedge of a nested hedge read as late"},
 	{47244661118, "harness: a panic that waits for a deaf attempt under a user's policy run twice read as late"},
+	{28452, "harness: a timeout nested in a user's own policy outside a throttle read as the attempt timeout"},
+	{9890, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
+	{46471, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
 }
 
 // coverage counts what the cases exercised, so that the harness cannot

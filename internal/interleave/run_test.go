@@ -134,7 +134,15 @@ func (cs *kase) handler(w http.ResponseWriter, req *http.Request) {
 	// the request's context when the client goes
 	_, _ = io.Copy(io.Discard, req.Body)
 	i, _ := strconv.Atoi(req.Header.Get("X-Call"))
-	a, ans := cs.arrive(req.Context(), i)
+	// the attempt's deadline, which HTTP does not carry, from the client:
+	// an answer is live only a margin before it (see serve)
+	actx := req.Context()
+	if ns, err := strconv.ParseInt(req.Header.Get("X-Deadline"), 10, 64); err == nil {
+		var cancel context.CancelFunc
+		actx, cancel = context.WithDeadline(actx, time.Unix(0, ns))
+		defer cancel()
+	}
+	a, ans := cs.arrive(actx, i)
 	if !cs.serve(req.Context(), a) {
 		return
 	}
@@ -164,7 +172,13 @@ func (cs *kase) httpEnv(real bool) (*env, error) {
 		srv = httptest.NewServer(http.HandlerFunc(cs.handler))
 		url = srv.URL + "/item"
 		hbase = &http.Transport{}
-		base = hbase
+		base = roundTripper(func(req *http.Request) (*http.Response, error) {
+			if dl, ok := req.Context().Deadline(); ok {
+				req = req.Clone(req.Context())
+				req.Header.Set("X-Deadline", strconv.FormatInt(dl.UnixNano(), 10))
+			}
+			return hbase.RoundTrip(req)
+		})
 	}
 	tr, err := httpmw.New(base, cs.chain, opts...)
 	if err != nil {
