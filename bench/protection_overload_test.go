@@ -45,25 +45,25 @@ func overloadStacks() []stackDef {
 		cgStack("limit-only", cg{attempts: 1, limit: "gradient2", breakerless: true}),
 		cgStack("bulkhead-only", cg{attempts: 1, limit: "bulkhead", breakerless: true}),
 		cgStack("hedge-only", cg{attempts: 1, hedge: true, breakerless: true}),
-		{"failsafe-hedge-only", "hedgepolicy.NewBuilderWithDelayQuantile(0.95, 1000, 100): after the observed p95, 1 hedge, no budget", func() (scenario.Stack, error) {
+		{"failsafe-hedge-only", "hedgepolicy.NewBuilderWithDelayQuantile(0.95, 1000, 100): after the observed p95, 1 hedge, no budget", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(hedgepolicy.NewBuilderWithDelayQuantile[any](0.95, 1000, 100).Build()), nil
 		}},
-		{"failsafe-throttler-only", "adaptivethrottler.NewWithDefaults(): throttles above 10 % failures over 1m, at most 90 % refused", func() (scenario.Stack, error) {
+		{"failsafe-throttler-only", "adaptivethrottler.NewWithDefaults(): throttles above 10 % failures over 1m, at most 90 % refused", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(adaptivethrottler.NewWithDefaults[any]()), nil
 		}},
-		{"failsafe-bulkhead-only", "bulkhead.New(20): 20 at once, no wait (its default)", func() (scenario.Stack, error) {
+		{"failsafe-bulkhead-only", "bulkhead.New(20): 20 at once, no wait (its default)", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(bulkhead.New[any](20)), nil
 		}},
-		{"failsafe-limiter-only", "adaptivelimiter.NewWithDefaults(): from 20 in [1, 200], max limit factor 5, no queue", func() (scenario.Stack, error) {
+		{"failsafe-limiter-only", "adaptivelimiter.NewWithDefaults(): from 20 in [1, 200], max limit factor 5, no queue", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(adaptivelimiter.NewWithDefaults[any]()), nil
 		}},
-		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s, open 1s, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func() (scenario.Stack, error) {
+		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s, open 1s, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func(uint64) (scenario.Stack, error) {
 			return failsafeSame(failsafe.Policy[any](adaptivethrottler.NewWithDefaults[any]())), nil
 		}},
-		{"failsafe-same+limiter", "failsafe-same's chain with adaptivelimiter defaults between the breaker and the timeout", func() (scenario.Stack, error) {
+		{"failsafe-same+limiter", "failsafe-same's chain with adaptivelimiter defaults between the breaker and the timeout", func(uint64) (scenario.Stack, error) {
 			return failsafeSame(failsafe.Policy[any](adaptivelimiter.NewWithDefaults[any]())), nil
 		}},
-		{"failsafe-same+bulkhead", "failsafe-same's chain with bulkhead.New(20) between the breaker and the timeout", func() (scenario.Stack, error) {
+		{"failsafe-same+bulkhead", "failsafe-same's chain with bulkhead.New(20) between the breaker and the timeout", func(uint64) (scenario.Stack, error) {
 			return failsafeSame(failsafe.Policy[any](bulkhead.New[any](20))), nil
 		}},
 	}

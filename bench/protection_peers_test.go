@@ -68,7 +68,7 @@ import (
 //     retried (retry.go: only a *PermanentError stops it).
 type peerStack struct {
 	name, config string
-	new          func() (scenario.Stack, error)
+	new          func(seed uint64) (scenario.Stack, error)
 }
 
 // The per-attempt timeout of both peers: failsafe-go's own example's value
@@ -91,12 +91,12 @@ var peerStacks = []peerStack{
 	{
 		name:   "failsafe",
 		config: peerFailsafeConfig,
-		new:    func() (scenario.Stack, error) { return newPeerFailsafe(false), nil },
+		new:    func(uint64) (scenario.Stack, error) { return newPeerFailsafe(false), nil },
 	},
 	{
 		name:   "failsafe-budget",
 		config: peerFailsafeConfig + peerBudgetConfig,
-		new:    func() (scenario.Stack, error) { return newPeerFailsafe(true), nil },
+		new:    func(uint64) (scenario.Stack, error) { return newPeerFailsafe(true), nil },
 	},
 	{
 		name: "handwired",
@@ -136,7 +136,7 @@ func newPeerFailsafe(withBudget bool) scenario.Stack {
 // newPeerHandwired is backoff.Retry around gobreaker's Execute around a
 // context.WithTimeout per attempt, as the existing chain benchmark's
 // hand-wired stack is built, with the libraries' defaults.
-func newPeerHandwired() (scenario.Stack, error) {
+func newPeerHandwired(uint64) (scenario.Stack, error) {
 	cb := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{Name: "downstream"})
 	return scenario.StackFunc(func(ctx context.Context, call func(context.Context) error) error {
 		attempt := func() error {
@@ -168,7 +168,7 @@ func TestPeerStacksWork(t *testing.T) {
 		t.Run(p.name, func(t *testing.T) {
 			t.Log(p.config)
 			synctest.Test(t, func(t *testing.T) {
-				st, err := p.new()
+				st, err := p.new(cell.Seed)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -214,7 +214,7 @@ func samePeers(c cg) []stackDef {
 	hwConfig := fmt.Sprintf("retry (backoff/v4) %d attempts, backoff %v→%v ×2, jitter 0.2, every error retried, breaker-open too; breaker (gobreaker/v2) opens on %d consecutive failures or %g%% of at least 20 calls over 10s (10 buckets), open %v, closes on %d of %d probes (gobreaker: all must succeed); timeout %v per attempt",
 		c.attempts, c.initial, c.max, consecutive, 100*rate, c.open, probes, probes, c.attempt)
 	return []stackDef{
-		{"failsafe-same", fsConfig, func() (scenario.Stack, error) {
+		{"failsafe-same", fsConfig, func(uint64) (scenario.Stack, error) {
 			rp := retrypolicy.NewBuilder[any]().WithBackoff(c.initial, c.max).WithJitterFactor(0.2).WithMaxRetries(retries).Build()
 			cbb := circuitbreaker.NewBuilder[any]().WithDelay(c.open).WithSuccessThresholdRatio(uint(closeOn), uint(probes))
 			if rate > 0 {
@@ -229,7 +229,7 @@ func samePeers(c cg) []stackDef {
 				})
 			}), nil
 		}},
-		{"handwired-same", hwConfig, func() (scenario.Stack, error) {
+		{"handwired-same", hwConfig, func(uint64) (scenario.Stack, error) {
 			cb := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 				Name: "downstream", MaxRequests: uint32(probes), Interval: 10 * time.Second, BucketPeriod: time.Second, Timeout: c.open,
 				ReadyToTrip: func(n gobreaker.Counts) bool {

@@ -23,18 +23,18 @@ import (
 //	cd bench && go test -run TestTail -v
 
 var tailStacks = []stackDef{
-	{"none", "no protection: one call per request", func() (scenario.Stack, error) { return scenario.None, nil }},
-	{"callguard-hedge", "hedge.New(hedge.Settings{Delay: 50ms, Quantile: 0.95}): after the observed p95 (from 50 ms until 100 answers), 1 hedge, budget 5 % (burst 30) — the package's defaults", func() (scenario.Stack, error) {
+	{"none", "no protection: one call per request", func(uint64) (scenario.Stack, error) { return scenario.None, nil }},
+	{"callguard-hedge", "hedge.New(hedge.Settings{Delay: 50ms, Quantile: 0.95}): after the observed p95 (from 50 ms until 100 answers), 1 hedge, budget 5 % (burst 30) — the package's defaults", func(uint64) (scenario.Stack, error) {
 		h, err := hedge.New(hedge.Settings{Delay: 50 * time.Millisecond, Quantile: 0.95})
 		if err != nil {
 			return nil, err
 		}
 		return chain.Options{Ignore: []string{"CG018"}}.New(h)
 	}},
-	{"failsafe-hedge", "hedgepolicy.NewBuilderWithDelayQuantile(0.95, 1000, 100): after the observed p95 (its quantile mode: the last ~1,000 executions, hedging after 100), 1 hedge (default), no budget", func() (scenario.Stack, error) {
+	{"failsafe-hedge", "hedgepolicy.NewBuilderWithDelayQuantile(0.95, 1000, 100): after the observed p95 (its quantile mode: the last ~1,000 executions, hedging after 100), 1 hedge (default), no budget", func(uint64) (scenario.Stack, error) {
 		return failsafeStack(hedgepolicy.NewBuilderWithDelayQuantile[any](0.95, 1000, 100).Build()), nil
 	}},
-	{"failsafe-hedge-budget", "the same, WithBudget(budget.New()): hedges at most 0.2 of the executions in flight, at least 3 at once (budget.New's defaults)", func() (scenario.Stack, error) {
+	{"failsafe-hedge-budget", "the same, WithBudget(budget.New()): hedges at most 0.2 of the executions in flight, at least 3 at once (budget.New's defaults)", func(uint64) (scenario.Stack, error) {
 		return failsafeStack(hedgepolicy.NewBuilderWithDelayQuantile[any](0.95, 1000, 100).WithBudget(budget.New()).Build()), nil
 	}},
 }

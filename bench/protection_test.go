@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"slices"
 	"strings"
@@ -40,7 +41,9 @@ var (
 // how to make it (inside the bubble, fresh for each run).
 type stackDef struct {
 	name, config string
-	new          func() (scenario.Stack, error)
+	// new makes the stack for a run of seed: a stack's own random draws
+	// (a retry's jitter, a throttle's rejections) come from it.
+	new func(seed uint64) (scenario.Stack, error)
 }
 
 // cg describes a callguard chain for the benchmark.
@@ -74,8 +77,8 @@ type cg struct {
 	hedge        bool
 }
 
-func (c cg) stack() (scenario.Stack, error) {
-	ropts := []retry.Option{retry.MaxAttempts(c.attempts), retry.Exponential(c.initial, c.max)}
+func (c cg) stack(seed uint64) (scenario.Stack, error) {
+	ropts := []retry.Option{retry.MaxAttempts(c.attempts), retry.Exponential(c.initial, c.max), retry.Rand(rand.NewPCG(seed, 0x7e7))}
 	if c.budget > 0 {
 		b, err := retry.NewBudget(c.budget, 0)
 		if err != nil {
@@ -109,7 +112,7 @@ func (c cg) stack() (scenario.Stack, error) {
 		}
 	}
 	if c.throttle {
-		th, err := throttle.New(throttle.Settings{})
+		th, err := throttle.New(throttle.Settings{Rand: rand.NewPCG(seed, 0x7407)})
 		if err != nil {
 			return nil, err
 		}
@@ -288,7 +291,7 @@ func (c cg) with(f func(*cg)) cg { f(&c); return c }
 // stacks are every stack the benchmark compares.
 func stacks() []stackDef {
 	out := []stackDef{
-		{"none", "no protection: one call per request", func() (scenario.Stack, error) { return scenario.None, nil }},
+		{"none", "no protection: one call per request", func(uint64) (scenario.Stack, error) { return scenario.None, nil }},
 		cgStack("naive-retry", cg{attempts: 3, initial: 100 * time.Millisecond, max: time.Second, attempt: 300 * time.Millisecond, breakerless: true}),
 		cgStack("callguard", recommended),
 		cgStack("cg-as-documented", asDocumented),
@@ -332,7 +335,11 @@ var seeds = []uint64{1, 2, 3, 4, 5}
 func runOne(t *testing.T, cell scenario.Cell, def stackDef) scenario.Result {
 	var res scenario.Result
 	synctest.Test(t, func(t *testing.T) {
-		st, err := def.new()
+		// The peers' draws: backoff/v4's from math/rand's global source,
+		// seeded here (see seed.go); failsafe-go's from math/rand/v2's,
+		// which cannot be.
+		seedGlobal(cell.Seed)
+		st, err := def.new(cell.Seed)
 		if err != nil {
 			t.Fatal(err)
 		}

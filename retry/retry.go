@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
+	"github.com/callguard/callguard/internal/seeded"
 	"github.com/cenkalti/backoff/v4"
 )
 
@@ -37,6 +39,7 @@ type Policy struct {
 	max         time.Duration
 	multiplier  float64
 	jitter      float64
+	rnd         *seeded.Rand // Rand's source of jitter; nil: math/rand/v2's
 	retryIf     func(error) bool
 	whenOpen    bool
 	onRetry     func(attempt int, err error, wait time.Duration)
@@ -126,6 +129,22 @@ func Jitter(fraction float64) Option {
 			bad(c, "Jitter(%v): must be within [0, 1]", fraction)
 		}
 		c.jitter = fraction
+	})
+}
+
+// Rand draws the jitter from src rather than from math/rand/v2's global
+// source, so that a run can be replayed (a simulation, a test): with
+// rand.NewPCG(seed, seq), the same waits come in the same order. src is
+// read under a lock of the policy's own, as math/rand/v2's sources are not
+// safe for concurrent use; it is read only when a wait is jittered, never
+// on a call that succeeds. A nil src is an error.
+func Rand(src rand.Source) Option {
+	return optionFunc(func(c *config) {
+		if src == nil {
+			bad(c, "Rand(nil): needs a source, e.g. rand.NewPCG(seed, 0)")
+			return
+		}
+		c.rnd = seeded.New(src)
 	})
 }
 
@@ -305,6 +324,9 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, call func(contex
 				bo = p.schedule()
 			}
 			wait = bo.NextBackOff()
+			if p.rnd != nil && wait > 0 {
+				wait = jittered(wait, p.jitter, p.rnd.Float64())
+			}
 			if wait < 0 {
 				// backoff/v4 computes jittered waits in float64: one near
 				// the largest Duration wraps around to a negative one.
@@ -385,9 +407,13 @@ func admitAt(err error) time.Time {
 // schedule returns a fresh backoff schedule: one per call, since
 // backoff.ExponentialBackOff is not safe for concurrent use.
 func (p *Policy) schedule() backoff.BackOff {
+	factor := p.jitter
+	if p.rnd != nil {
+		factor = 0 // jittered from p.rnd, after NextBackOff
+	}
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     p.initial,
-		RandomizationFactor: p.jitter,
+		RandomizationFactor: factor,
 		Multiplier:          p.multiplier,
 		MaxInterval:         p.max,
 		Stop:                backoff.Stop,
@@ -414,3 +440,14 @@ func (p *Policy) retryable(ctx context.Context, err error) bool {
 // Permanent marks err as not worth retrying. It is backoff.Permanent: errors
 // wrapped by either are recognized.
 func Permanent(err error) error { return backoff.Permanent(err) }
+
+// jittered spreads d over [d - f·d, d + f·d] with r in [0, 1), as
+// backoff/v4 does with its own draw.
+func jittered(d time.Duration, f, r float64) time.Duration {
+	if f == 0 {
+		return d
+	}
+	delta := f * float64(d)
+	lo, hi := float64(d)-delta, float64(d)+delta
+	return time.Duration(lo + r*(hi-lo+1))
+}

@@ -3,6 +3,7 @@ package throttle
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -61,6 +62,14 @@ type Settings struct {
 	// gRPC and HTTP adapters pass their own classification here: IsAccepted
 	// decides, for example, that an InvalidArgument answer was accepted.
 	IsAccepted func(error) bool
+
+	// Rand, if set, is the source of the draws that decide which requests
+	// are rejected, rather than math/rand/v2's global source, so that a
+	// run can be replayed (a simulation, a test): with rand.NewPCG(seed,
+	// seq), the same requests are rejected. It is read under a lock of the
+	// throttle's own (math/rand/v2's sources are not safe for concurrent
+	// use), only while the throttle rejects some.
+	Rand rand.Source
 }
 
 // SettingsError reports an invalid field of [Settings].

@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/deadline"
+	"github.com/callguard/callguard/internal/seeded"
 )
 
 // Throttle is a client-side adaptive throttle. It is safe for concurrent
@@ -25,7 +26,7 @@ type Throttle struct {
 	s Settings // normalized
 	w window
 
-	// random, when set (by internal tests only), replaces rand.Float64.
+	// random, when set (Settings.Rand), replaces rand.Float64.
 	random func() float64
 }
 
@@ -37,6 +38,9 @@ func New(s Settings) (*Throttle, error) {
 		return nil, err
 	}
 	t := &Throttle{s: s}
+	if s.Rand != nil {
+		t.random = seeded.New(s.Rand).Float64
+	}
 	t.w.init(time.Now(), s.Window)
 	return t, nil
 }
