@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -75,6 +76,11 @@ type cg struct {
 	// inside it, between the hedge and the breaker.
 	limitOutside bool
 	hedge        bool
+	// noRefusalRetry: the retry leaves the downstream's fast overload
+	// refusals unretried (RetryIf), retrying the other failures.
+	noRefusalRetry bool
+	// bulkheadSize: the bulkhead's MaxConcurrent (0: 20).
+	bulkheadSize int
 }
 
 func (c cg) stack(seed uint64) (scenario.Stack, error) {
@@ -88,6 +94,9 @@ func (c cg) stack(seed uint64) (scenario.Stack, error) {
 	}
 	if c.order == "retry-when-open" {
 		ropts = append(ropts, retry.RetryWhenOpen())
+	}
+	if c.noRefusalRetry {
+		ropts = append(ropts, retry.RetryIf(func(err error) bool { return !errors.Is(err, scenario.ErrOverloaded) }))
 	}
 	r, err := retry.New(ropts...)
 	if err != nil {
@@ -165,6 +174,9 @@ func (c cg) describe() string {
 	if c.order == "retry-when-open" {
 		parts = append(parts, "RetryWhenOpen")
 	}
+	if c.noRefusalRetry {
+		parts = append(parts, "overload refusals not retried (RetryIf)")
+	}
 	if !c.breakerless {
 		var rule []string
 		if c.consecutive > 0 {
@@ -227,7 +239,7 @@ func (c cg) describe() string {
 func (c cg) newLimit() (chain.Policy, error) {
 	switch c.limit {
 	case "bulkhead":
-		return limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 20})
+		return limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: cmp.Or(c.bulkheadSize, 20)})
 	case "aimd":
 		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{})})
 	}
@@ -243,7 +255,7 @@ func (c cg) overloadConfig() string {
 	}
 	switch c.limit {
 	case "bulkhead":
-		parts = append(parts, "bulkhead 20 at once, no queue, "+where)
+		parts = append(parts, fmt.Sprintf("bulkhead %d at once, no queue, ", cmp.Or(c.bulkheadSize, 20))+where)
 	case "aimd":
 		parts = append(parts, "limit AIMD (limit.Settings defaults: from 20 in [1, 200], ×0.9 on a timeout), no queue, "+where)
 	case "gradient2":
@@ -326,6 +338,10 @@ func stacks() []stackDef {
 var experimental = []stackDef{
 	cgStack("x-w60", recommended.with(func(c *cg) { c.window = 0 })),
 	cgStack("x-open2", recommended.with(func(c *cg) { c.open = 2 * time.Second })),
+	cgStack("x-no-refusal-retry", recommended.with(func(c *cg) { c.noRefusalRetry = true })),
+	cgStack("x-initial50", recommended.with(func(c *cg) { c.initial = 50 * time.Millisecond })),
+	cgStack("x-bulkhead16", recommended.with(func(c *cg) { c.limit, c.bulkheadSize = "bulkhead", 16 })),
+	cgStack("x-no-refusal-retry+initial50", recommended.with(func(c *cg) { c.noRefusalRetry, c.initial = true, 50*time.Millisecond })),
 }
 
 // seeds per cell.
