@@ -131,6 +131,7 @@ func (s sweep) tables() string {
 		b.WriteString("\n")
 	}
 	b.WriteString(s.bestPeers())
+	b.WriteString(s.frontier())
 	b.WriteString("\n### Configurations\n\n")
 	for _, d := range stacks() {
 		fmt.Fprintf(&b, "- **%s**: %s\n", d.name, d.config)
@@ -182,4 +183,74 @@ func (s sweep) bestPeers() string {
 	}
 	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best peer stack of each cell.\n", w, l, t)
 	return b.String()
+}
+
+// frontierOf returns, in cell c, the stack with the most successes
+// (median) of every stack measured there — peers, no protection, a naive
+// retry, every ablation and experiment — and callguard's runs (ok false
+// without them).
+func (c sweepCell) frontierOf() (best, cg cellRuns, ok bool) {
+	cg, ok = c.find("callguard")
+	if !ok {
+		return
+	}
+	bestMed := -1.0
+	for _, r := range c.runs {
+		if med, _, _ := r.stat(successes); med > bestMed {
+			best, bestMed = r, med
+		}
+	}
+	return best, cg, true
+}
+
+// frontier is the table of callguard against the best stack measured in
+// each cell, as a fraction of it, with the verdict (a loss: the frontier's
+// worst seed above callguard's best).
+func (s sweep) frontier() string {
+	var b strings.Builder
+	b.WriteString("\n### callguard against the frontier: the best stack measured in each cell\n\n")
+	b.WriteString("| cell | callguard | the best stack | its successes | callguard / best | verdict |\n|---|---|---|---|---|---|\n")
+	at98 := 0
+	n := 0
+	for _, c := range s.cells {
+		best, cg, ok := c.frontierOf()
+		if !ok {
+			continue
+		}
+		n++
+		am, alo, ahi := cg.stat(successes)
+		bm, blo, bhi := best.stat(successes)
+		frac := am / bm
+		if frac >= 0.98 {
+			at98++
+		}
+		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %.1f %% | %s |\n",
+			c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, bm, blo, bhi, 100*frac, compare(cg, best))
+	}
+	fmt.Fprintf(&b, "\ncallguard is at 98 %% of the frontier or more in %d of %d cells.\n", at98, n)
+	return b.String()
+}
+
+// TestFrontier: the frontier of a cell is the stack with the most
+// successes of all, whatever its kind, and callguard is read against it.
+func TestFrontier(t *testing.T) {
+	runs := func(name string, ns ...int) cellRuns {
+		r := cellRuns{stack: stackDef{name: name}}
+		for _, n := range ns {
+			r.results = append(r.results, scenario.Result{Successes: n})
+		}
+		return r
+	}
+	c := sweepCell{
+		scenario: scenario.Scenario{Name: "s"}, load: scenario.Load{Name: "l"},
+		runs: []cellRuns{runs("callguard", 90, 95, 100), runs("none", 100, 101, 102), runs("failsafe", 10, 20, 30)},
+	}
+	best, cg, ok := c.frontierOf()
+	if !ok || best.stack.name != "none" || cg.stack.name != "callguard" {
+		t.Fatalf("frontier %q, callguard %q, ok %t; want none, callguard", best.stack.name, cg.stack.name, ok)
+	}
+	out := sweep{cells: []sweepCell{c}}.frontier()
+	if !strings.Contains(out, "| s / l | 95 [90–100] | none | 101 [100–102] | 94.1 % | tie |") || !strings.Contains(out, "in 0 of 1 cells") {
+		t.Errorf("frontier table:\n%s", out)
+	}
 }
