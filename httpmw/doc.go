@@ -46,7 +46,8 @@
 //
 // Transport errors, 5xx and 429 are failures; other statuses, 4xx included,
 // are answers from a healthy server and count as successes ([FailureIf]
-// overrides). A body that fails mid-read is a failure too
+// overrides). A 429 is retried only when it says when (Retry-After), as
+// grpcmw retries a ResourceExhausted only with a pushback. A body that fails mid-read is a failure too
 // ([CountBodyErrors]). What the client causes itself (a body it cannot
 // replay, a second attempt at once) is neutral. The caller's cancellation
 // is neutral; an attempt its deadline (http.Client.Timeout) ended counts as

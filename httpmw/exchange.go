@@ -135,6 +135,15 @@ func (x *exchange) attempt(actx context.Context) error {
 	if d, ok := adapter.RetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
 		return permanentUnless(x.mayRetry, retry.WithPushback(se, d))
 	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		// An overload refusal that does not say when to come back:
+		// retried only with a Retry-After, as grpcmw retries a
+		// ResourceExhausted only with a pushback. Retrying on the backoff
+		// makes the overloaded downstream pay to refuse it again
+		// (docs/protection.md: 2.22 downstream calls a request when its
+		// capacity drops, 0.96 without, the same successes).
+		return retry.Permanent(se)
+	}
 	return permanentUnless(x.mayRetry, se)
 }
 

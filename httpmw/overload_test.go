@@ -191,3 +191,38 @@ func TestHedgedFailureReadable(t *testing.T) {
 		}
 	})
 }
+
+// TestTooManyRequestsRetriedOnlyWhenTold: a 429 without Retry-After is not
+// retried (the caller gets it after one request), as grpcmw does not retry
+// a ResourceExhausted without a pushback; with Retry-After it is retried
+// after it.
+func TestTooManyRequestsRetriedOnlyWhenTold(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		retryAfter string
+		requests   int64
+		status     int
+	}{
+		{"no Retry-After", "", 1, http.StatusTooManyRequests},
+		{"Retry-After: 1", "1", 2, http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				srv, client := newVirtual(t, func(n int64, _ *http.Request, _ []byte) testserver.HTTPAnswer {
+					if n == 1 {
+						return testserver.HTTPAnswer{Status: http.StatusTooManyRequests, RetryAfter: tc.retryAfter}
+					}
+					return testserver.HTTPAnswer{Body: "ok"}
+				}, must(chain.New(threeAttempts())))
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if srv.Received.Load() != tc.requests || resp.StatusCode != tc.status {
+					t.Errorf("%d requests, status %d; want %d, %d", srv.Received.Load(), resp.StatusCode, tc.requests, tc.status)
+				}
+			})
+		})
+	}
+}
