@@ -175,7 +175,7 @@ func (c cg) describe() string {
 		parts = append(parts, "RetryWhenOpen")
 	}
 	if c.noRefusalRetry {
-		parts = append(parts, "overload refusals not retried (RetryIf)")
+		parts = append(parts, "overload refusals not retried (as grpcmw and httpmw: no pushback, no Retry-After)")
 	}
 	if !c.breakerless {
 		var rule []string
@@ -284,7 +284,10 @@ func cgStack(name string, c cg) stackDef {
 var recommended = cg{
 	attempts: 3, initial: 100 * time.Millisecond, max: time.Second,
 	limit: "gradient2", neutralRefusals: true,
-	open: time.Second, successes: 2,
+	// as the adapters retry: an overload refusal (ResourceExhausted, 429)
+	// only when it says when, which the model's never do
+	noRefusalRetry: true,
+	open:           time.Second, successes: 2,
 	attempt: 300 * time.Millisecond, adaptive: true, quantile: 0.99, window: 5 * time.Second, maxT: time.Second,
 }
 
@@ -308,6 +311,7 @@ func stacks() []stackDef {
 		cgStack("callguard", recommended),
 		cgStack("cg-as-documented", asDocumented),
 		cgStack("cg-budget10", recommended.with(func(c *cg) { c.budget = 0.1 })),
+		cgStack("cg-retries-refusals", recommended.with(func(c *cg) { c.noRefusalRetry = false })),
 		cgStack("cg-growing-stay", recommended.with(func(c *cg) { c.maxOpen = 30 * time.Second })),
 		cgStack("cg-open5", recommended.with(func(c *cg) { c.open = 5 * time.Second })),
 		cgStack("cg-3of3", recommended.with(func(c *cg) { c.successes = 0 })),
@@ -338,10 +342,8 @@ func stacks() []stackDef {
 var experimental = []stackDef{
 	cgStack("x-w60", recommended.with(func(c *cg) { c.window = 0 })),
 	cgStack("x-open2", recommended.with(func(c *cg) { c.open = 2 * time.Second })),
-	cgStack("x-no-refusal-retry", recommended.with(func(c *cg) { c.noRefusalRetry = true })),
 	cgStack("x-initial50", recommended.with(func(c *cg) { c.initial = 50 * time.Millisecond })),
 	cgStack("x-bulkhead16", recommended.with(func(c *cg) { c.limit, c.bulkheadSize = "bulkhead", 16 })),
-	cgStack("x-no-refusal-retry+initial50", recommended.with(func(c *cg) { c.noRefusalRetry, c.initial = true, 50*time.Millisecond })),
 }
 
 // seeds per cell.
