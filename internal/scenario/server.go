@@ -23,6 +23,12 @@ type Server struct {
 	// waited in the queue past its caller's deadline is still served, and
 	// a request in service runs to its end. Such work is counted as wasted.
 	Deaf bool
+	// ErrorCost, if not 0, is how long a request answered with an error
+	// (Fault.Errors) holds its worker, instead of its service time: 0 is
+	// a server that fails at the end of its work (the protection
+	// benchmark's model), a few milliseconds one that fails fast (a
+	// validation or a dependency's refusal).
+	ErrorCost time.Duration
 	// Fault is the fault at a time since the server started (nil: none).
 	Fault func(at time.Duration) Fault
 	Seed  uint64
@@ -235,6 +241,9 @@ func (m *Sim) serve(j *job) {
 	}
 	f := m.fault()
 	d := j.d
+	if m.s.ErrorCost > 0 && j.draw < f.Errors {
+		d = m.s.ErrorCost
+	}
 	if f.Capacity > 0 && f.Capacity < 1 {
 		d = time.Duration(float64(d) / f.Capacity)
 	}
