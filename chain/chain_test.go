@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -429,4 +430,59 @@ func TestOursAfterCallerEnds(t *testing.T) {
 			t.Errorf("got %v, want the chain timeout's", err)
 		}
 	})
+}
+
+// TestFitDeadline: with 1 s to the deadline, a 300 ms attempt timeout and
+// waits of 100 and 200 ms, two hung attempts leave the third 100 ms
+// (at 900 ms), too little for an answer that takes 150 ms; retry.FitDeadline
+// shortens the second wait so the third starts at 700 ms with its 300 ms,
+// and the call succeeds.
+func TestFitDeadline(t *testing.T) {
+	for _, fit := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			opts := []retry.Option{retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.Jitter(0)}
+			if fit {
+				opts = append(opts, retry.FitDeadline())
+			}
+			r, err := retry.New(opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at, err := timeout.New(300 * time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := chain.Options{Ignore: []string{"CG009"}}.New(r, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			var starts []time.Duration
+			err = c.Do(ctx, func(ctx context.Context) error {
+				starts = append(starts, time.Since(start))
+				if len(starts) < 3 {
+					<-ctx.Done() // hangs
+					return ctx.Err()
+				}
+				select {
+				case <-time.After(150 * time.Millisecond):
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+			want := []time.Duration{0, 400 * time.Millisecond, 900 * time.Millisecond}
+			if fit {
+				want[2] = 700 * time.Millisecond
+			}
+			if !slices.Equal(starts, want) {
+				t.Errorf("FitDeadline %t: attempts at %v, want %v", fit, starts, want)
+			}
+			if ok := err == nil; ok != fit {
+				t.Errorf("FitDeadline %t: %v, want success %t", fit, err, fit)
+			}
+		})
+	}
 }

@@ -75,9 +75,27 @@ func (c *Chain) runRetry(ctx context.Context, i int, f frame, call func(context.
 	if err == nil {
 		return nil
 	}
-	return s.rx.Continue(ctx, f.deadline, err, func(ctx context.Context) error {
+	var reserve time.Duration
+	if s.rx.Fit {
+		reserve = c.attemptTimeout(i)
+	}
+	return s.rx.Continue(ctx, f.deadline, reserve, err, func(ctx context.Context) error {
 		return s.next(c, ctx, i+1, f, call)
 	})
+}
+
+// attemptTimeout is the timeout an attempt of the retry step i gets now:
+// the first timeout inside it (an adaptive one's value now), 0 if none.
+//
+//go:noinline
+func (c *Chain) attemptTimeout(i int) time.Duration {
+	for j := i + 1; j < len(c.steps); j++ {
+		if s := &c.steps[j]; s.kind == kindTimeout {
+			_, d := s.tx.Deadline(time.Now())
+			return d
+		}
+	}
+	return 0
 }
 
 // runBreaker runs the breaker step i.

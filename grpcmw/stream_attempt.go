@@ -55,7 +55,7 @@ func (s *stream) establish() error {
 		if s.plan.retry == nil {
 			return s.attempt(false, nil)
 		}
-		return s.plan.retry.DoUntil(s.ctx, s.deadline, func(context.Context) error { return s.attempt(false, nil) })
+		return s.plan.retry.DoUntil(s.ctx, s.deadline, 0, func(context.Context) error { return s.attempt(false, nil) })
 	})
 }
 
@@ -66,7 +66,7 @@ func (s *stream) establish() error {
 func (s *stream) retryLocked(a *attempt, err error, m any) error {
 	failed := s.failLocked(a, err, a.cs.Trailer(), true)
 	err = s.unlockedRetry(func() error {
-		return s.plan.retry.Continue(s.ctx, s.deadline, failed, func(context.Context) error { return s.attempt(true, m) })
+		return s.plan.retry.Continue(s.ctx, s.deadline, 0, failed, func(context.Context) error { return s.attempt(true, m) })
 	})
 	switch {
 	case err == nil:

@@ -24,7 +24,7 @@ func init() {
 // bridge.Retry): method values made once, so a chain calls them with no
 // allocation.
 func (p *Policy) bridged() bridge.Retry {
-	x := bridge.Retry{DoUntil: p.doUntil, Continue: p.cont, Waits: p.waits, Attempts: p.attempts, WhenOpen: p.whenOpen,
+	x := bridge.Retry{DoUntil: p.doUntil, Continue: p.cont, Waits: p.waits, Attempts: p.attempts, WhenOpen: p.whenOpen, Fit: p.fit,
 		Retries: p.counts, BudgetTokens: p.budgetTokens}
 	if p.budget != nil {
 		x.Deposit = p.budget.deposit

@@ -124,7 +124,7 @@ func TestDeadlineEndsRetryAtOnce(t *testing.T) {
 		// DoUntil: an enclosing deadline that is not on the context.
 		at = nil
 		start = time.Now()
-		err = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(500*time.Millisecond), failing(10, &at, start, errDown))
+		err = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(500*time.Millisecond), 0, failing(10, &at, start, errDown))
 		if !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline || len(at) != 1 || time.Since(start) != 0 {
 			t.Errorf("DoUntil: %v after %d attempts; want ReasonDeadline at once", err, len(at))
 		}
@@ -252,12 +252,12 @@ func TestContinue(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(time.Second), retry.Jitter(0))
 		calls := 0
-		err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, errDown, func(context.Context) error { calls++; return errDown })
+		err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, 0, errDown, func(context.Context) error { calls++; return errDown })
 		var ex *retry.ExhaustedError
 		if !errors.As(err, &ex) || ex.Attempts != 3 || calls != 2 {
 			t.Errorf("got %v after %d calls; want 3 attempts, 2 of them calls", err, calls)
 		}
-		if err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, nil, nil); err != nil {
+		if err := bridge.RetryOf(p).Continue(context.Background(), time.Time{}, 0, nil, nil); err != nil {
 			t.Errorf("Continue(nil error) = %v", err)
 		}
 	})
@@ -433,4 +433,28 @@ func TestRejectionRetriedWhenAdmittedAfterWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestFitDeadlineNeedsAReserve: run alone, a policy with FitDeadline knows
+// no attempt timeout and waits as planned; told one (as a chain tells it),
+// it shortens the wait that would leave less than that before the
+// deadline.
+func TestFitDeadlineNeedsAReserve(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := mustNew(t, retry.MaxAttempts(3), retry.Constant(400*time.Millisecond), retry.Jitter(0), retry.FitDeadline())
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		var at []time.Duration
+		_ = p.Do(ctx, failing(10, &at, start, errDown))
+		if want := []time.Duration{0, 400 * time.Millisecond, 800 * time.Millisecond}; !slices.Equal(at, want) {
+			t.Errorf("Do: attempts at %v, want %v", at, want)
+		}
+		at = nil
+		start = time.Now()
+		_ = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(time.Second), 300*time.Millisecond, failing(10, &at, start, errDown))
+		if want := []time.Duration{0, 400 * time.Millisecond, 700 * time.Millisecond}; !slices.Equal(at, want) {
+			t.Errorf("DoUntil with a reserve of 300 ms: attempts at %v, want %v", at, want)
+		}
+	})
 }

@@ -89,6 +89,7 @@
 //	jitter: 0.2                    # retry.Jitter, within [0, 1] (default 0.2; 0: exact waits)
 //	maxPushback: 30s               # retry.MaxPushback (default 30s)
 //	retryWhenOpen: false           # true: retry.RetryWhenOpen
+//	fitDeadline: false             # true: retry.FitDeadline
 //	budget: {ratio: 0.1, perSecond: 1}  # retry.WithBudget(retry.NewBudget(ratio, perSecond))
 //
 // retry: {} is a retry with every default. Each chain gets a budget of its

@@ -17,6 +17,7 @@ type retryArgs struct {
 	maxPushback      time.Duration
 	hasMaxPushback   bool
 	whenOpen         bool
+	fit              bool
 	budget           bool
 	ratio, perSecond float64
 }
@@ -42,6 +43,9 @@ func (a *retryArgs) options() ([]retry.Option, error) {
 	if a.whenOpen {
 		opts = append(opts, retry.RetryWhenOpen())
 	}
+	if a.fit {
+		opts = append(opts, retry.FitDeadline())
+	}
 	if a.budget {
 		b, err := retry.NewBudget(a.ratio, a.perSecond)
 		if err != nil {
@@ -63,7 +67,7 @@ func (a *retryArgs) build() (*retry.Policy, error) {
 // decodeRetry reads a retry. Each value is checked by retry's own
 // constructors as it is read, so that their errors name its field.
 func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
-	m, err := mapOf(n, path, "a retry", "attempts", "constant", "exponential", "jitter", "maxPushback", "retryWhenOpen", "budget")
+	m, err := mapOf(n, path, "a retry", "attempts", "constant", "exponential", "jitter", "maxPushback", "retryWhenOpen", "fitDeadline", "budget")
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +139,11 @@ func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	}
 	if v := m.val("retryWhenOpen"); v != nil {
 		if a.whenOpen, err = boolean(v, join(path, "retryWhenOpen")); err != nil {
+			return nil, err
+		}
+	}
+	if v := m.val("fitDeadline"); v != nil {
+		if a.fit, err = boolean(v, join(path, "fitDeadline")); err != nil {
 			return nil, err
 		}
 	}

@@ -134,6 +134,7 @@ chain:
       budget: {ratio: 0.25, perSecond: 2}
       maxPushback: 1s
       retryWhenOpen: true
+      fitDeadline: true
   - retry: {attempts: 3, constant: 100ms, jitter: 0.5}
   - breaker:
       name: payments
@@ -185,6 +186,9 @@ func TestEverySetting(t *testing.T) {
 	if !bridge.RetryOf(r).WhenOpen {
 		t.Errorf("chain[1]: RetriesWhenOpen() = false, want true")
 	}
+	if !bridge.RetryOf(r).Fit {
+		t.Errorf("chain[1]: fitDeadline: true gave a retry without FitDeadline")
+	}
 	if ratio, perSecond, _, ok := bridge.RetryBudget(r); !ok || ratio != 0.25 || perSecond != 2 {
 		t.Errorf("chain[1]: budget = %v, %v (ok %v), want 0.25, 2", ratio, perSecond, ok)
 	}
@@ -192,8 +196,8 @@ func TestEverySetting(t *testing.T) {
 	if got, want := bridge.RetryOf(r2).Waits(), []time.Duration{100 * time.Millisecond, 100 * time.Millisecond}; r2.String() != "retry(3)" || !slices.Equal(got, want) {
 		t.Errorf("chain[2] = %v, waits %v; want retry(3), %v", r2, got, want)
 	}
-	if bridge.RetryOf(r2).WhenOpen {
-		t.Errorf("chain[2]: RetriesWhenOpen() = true, want false")
+	if bridge.RetryOf(r2).WhenOpen || bridge.RetryOf(r2).Fit {
+		t.Errorf("chain[2]: RetryWhenOpen %t, FitDeadline %t; want neither", bridge.RetryOf(r2).WhenOpen, bridge.RetryOf(r2).Fit)
 	}
 	if _, _, _, ok := bridge.RetryBudget(r2); ok {
 		t.Errorf("chain[2] has a budget, want none")

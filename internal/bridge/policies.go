@@ -65,14 +65,22 @@ type Retry struct {
 	// DoUntil is Do with a deadline that the waits must respect besides
 	// ctx's own (a chain's pending timeout, not yet a context): a wait
 	// that would end past it ends the retries instead.
-	DoUntil func(ctx context.Context, deadline time.Time, call func(context.Context) error) error
+	//
+	// reserve is the time the next attempt is planned to take (the attempt
+	// timeout inside the retry, 0: none known); a policy made with
+	// FitDeadline shortens a wait that would leave less than it before the
+	// deadline.
+	DoUntil func(ctx context.Context, deadline time.Time, reserve time.Duration, call func(context.Context) error) error
 	// Continue retries a call whose first attempt was made outside the
 	// policy and failed with err; a nil err is returned at once. A chain
 	// makes the first attempt itself, after Deposit, so that the success
 	// path passes no function to the retry (which, through a func value,
 	// would escape to the heap); a stream's first attempt is its creation.
 	// Deposit, then the first call, then Continue, is DoUntil.
-	Continue func(ctx context.Context, deadline time.Time, err error, call func(context.Context) error) error
+	Continue func(ctx context.Context, deadline time.Time, reserve time.Duration, err error, call func(context.Context) error) error
+	// Fit: the policy plans its waits against the deadline (FitDeadline),
+	// so the chain passes it the reserve.
+	Fit bool
 	// Deposit credits the retry budget with a new call (nil without a
 	// budget).
 	Deposit func()
