@@ -20,6 +20,7 @@ var plotted = []struct{ name, color string }{
 	{"failsafe", "#1f77b4"},
 	{"failsafe-same", "#17becf"},
 	{"handwired-same", "#2ca02c"},
+	{"failsafe-parity", "#9467bd"},
 }
 
 // svg draws one cell's successes per second, a line per plotted stack (the

@@ -57,14 +57,14 @@ func overloadStacks() []stackDef {
 		{"failsafe-limiter-only", "adaptivelimiter.NewWithDefaults(): from 20 in [1, 200], max limit factor 5, no queue", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(adaptivelimiter.NewWithDefaults[any]()), nil
 		}},
-		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s, open 1s, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func(uint64) (scenario.Stack, error) {
-			return failsafeSame(failsafe.Policy[any](adaptivethrottler.NewWithDefaults[any]())), nil
+		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s, open 1s, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func(seed uint64) (scenario.Stack, error) {
+			return failsafeSame(failsafe.Policy[any](adaptivethrottler.NewWithDefaults[any]()), seed), nil
 		}},
-		{"failsafe-same+limiter", "failsafe-same's chain with adaptivelimiter defaults between the breaker and the timeout", func(uint64) (scenario.Stack, error) {
-			return failsafeSame(failsafe.Policy[any](adaptivelimiter.NewWithDefaults[any]())), nil
+		{"failsafe-same+limiter", "failsafe-same's chain with adaptivelimiter defaults between the breaker and the timeout", func(seed uint64) (scenario.Stack, error) {
+			return failsafeSame(failsafe.Policy[any](adaptivelimiter.NewWithDefaults[any]()), seed), nil
 		}},
-		{"failsafe-same+bulkhead", "failsafe-same's chain with bulkhead.New(20) between the breaker and the timeout", func(uint64) (scenario.Stack, error) {
-			return failsafeSame(failsafe.Policy[any](bulkhead.New[any](20))), nil
+		{"failsafe-same+bulkhead", "failsafe-same's chain with bulkhead.New(20) between the breaker and the timeout", func(seed uint64) (scenario.Stack, error) {
+			return failsafeSame(failsafe.Policy[any](bulkhead.New[any](20)), seed), nil
 		}},
 	}
 }
@@ -72,9 +72,9 @@ func overloadStacks() []stackDef {
 // failsafeSame is failsafe-go's chain at the recommended chain's settings
 // (as samePeers builds it) with p where failsafe-go's docs place it:
 // retry → breaker → p → timeout.
-func failsafeSame(p failsafe.Policy[any]) scenario.Stack {
+func failsafeSame(p failsafe.Policy[any], seed uint64) scenario.Stack {
 	c := recommended
-	rp := retrypolicy.NewBuilder[any]().WithBackoff(c.initial, c.max).WithJitterFactor(0.2).WithMaxRetries(c.attempts - 1).Build()
+	rp := retrypolicy.NewBuilder[any]().WithDelayFunc(failsafeBackoff(c.initial, c.max, seed)).WithMaxRetries(c.attempts - 1).Build()
 	cb := circuitbreaker.NewBuilder[any]().WithDelay(c.open).WithSuccessThresholdRatio(2, 3).WithFailureRateThreshold(0.5, 20, 10*time.Second).Build()
 	ex := failsafe.With[any](rp, cb, p, fstimeout.New[any](c.attempt))
 	return failsafeExec(ex)

@@ -1,16 +1,22 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/callguard/callguard/internal/scenario"
+	"github.com/callguard/callguard/internal/seeded"
 	"github.com/cenkalti/backoff/v4"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/budget"
+	"github.com/failsafe-go/failsafe-go/bulkhead"
 	"github.com/failsafe-go/failsafe-go/circuitbreaker"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	fstimeout "github.com/failsafe-go/failsafe-go/timeout"
@@ -154,7 +160,8 @@ func newPeerHandwired(uint64) (scenario.Stack, error) {
 	}), nil
 }
 
-// TestPeerStacksWork runs each peer stack once on the outage scenario under
+// TestPeerStacksWork runs each peer stack (as documented, at callguard's
+// numbers, at parity) once on the outage scenario under
 // the open60 load, in virtual time, and checks that it runs, that its
 // healthy warm-up carries the offered load, and that its breaker rejects
 // calls during the outage.
@@ -164,7 +171,12 @@ func TestPeerStacksWork(t *testing.T) {
 		t.Fatalf("scenario %q, load %q: want outage, open60", sc.Name, ld.Name)
 	}
 	cell := scenario.Cell{Server: scenario.Model, Scenario: sc, Load: ld, Seed: 1}
+	var all []stackDef
 	for _, p := range peerStacks {
+		all = append(all, stackDef(p))
+	}
+	all = append(append(all, samePeers(recommended)...), parityPeers(recommended)...)
+	for _, p := range all {
 		t.Run(p.name, func(t *testing.T) {
 			t.Log(p.config)
 			synctest.Test(t, func(t *testing.T) {
@@ -214,8 +226,8 @@ func samePeers(c cg) []stackDef {
 	hwConfig := fmt.Sprintf("retry (backoff/v4) %d attempts, backoff %v→%v ×2, jitter 0.2, every error retried, breaker-open too; breaker (gobreaker/v2) opens on %d consecutive failures or %g%% of at least 20 calls over 10s (10 buckets), open %v, closes on %d of %d probes (gobreaker: all must succeed); timeout %v per attempt",
 		c.attempts, c.initial, c.max, consecutive, 100*rate, c.open, probes, probes, c.attempt)
 	return []stackDef{
-		{"failsafe-same", fsConfig, func(uint64) (scenario.Stack, error) {
-			rp := retrypolicy.NewBuilder[any]().WithBackoff(c.initial, c.max).WithJitterFactor(0.2).WithMaxRetries(retries).Build()
+		{"failsafe-same", fsConfig, func(seed uint64) (scenario.Stack, error) {
+			rp := retrypolicy.NewBuilder[any]().WithDelayFunc(failsafeBackoff(c.initial, c.max, seed)).WithMaxRetries(retries).Build()
 			cbb := circuitbreaker.NewBuilder[any]().WithDelay(c.open).WithSuccessThresholdRatio(uint(closeOn), uint(probes))
 			if rate > 0 {
 				cbb = cbb.WithFailureRateThreshold(rate, 20, 10*time.Second)
@@ -251,5 +263,136 @@ func samePeers(c cg) []stackDef {
 				return backoff.Retry(attempt, backoff.WithContext(backoff.WithMaxRetries(eb, uint64(retries)), ctx))
 			}), nil
 		}},
+	}
+}
+
+// failsafeBackoff is what failsafe-go's WithBackoff(initial, max) with
+// WithJitterFactor(0.2) computes (retrypolicy/retryexecutor.go, getDelay:
+// the delay doubles from initial up to max, then
+// internal/util.RandomDelayFactor multiplies it by 1 + (1 − 2r) × 0.2),
+// with r drawn from the run's seed instead of math/rand/v2's global
+// source, which no seed reaches: the same waits, in distribution, and runs
+// that replay. After the k-th attempt failed, exec.Attempts() is k.
+func failsafeBackoff(initial, most time.Duration, seed uint64) failsafe.DelayFunc[any] {
+	rng := seeded.New(rand.NewPCG(seed, 0xfa15))
+	return func(exec failsafe.ExecutionAttempt[any]) time.Duration {
+		d := initial
+		for k := 1; k < exec.Attempts() && d < most; k++ {
+			d *= 2
+		}
+		d = min(d, most)
+		return time.Duration(float64(d) * (1 + (1-2*rng.Float64())*0.2))
+	}
+}
+
+// parityBulkhead is the parity peers' bulkhead: sized to the downstream,
+// its 10 workers and 6 more waiting, so that a healthy load (about 6 in
+// flight at 60 % of its capacity) is never refused and an overload is
+// held to what the downstream serves with a short queue (the size of the
+// experimental x-bulkhead16 row of callguard's).
+const parityBulkhead = 16
+
+// parityPeers are the peers as a careful engineer configures them, beyond
+// their documentation and at callguard's numbers: the retry leaves the
+// downstream's overload refusals and an open breaker unretried, the
+// breaker does not count the downstream's overload refusals nor the
+// stack's own bulkhead's rejections as failures, and a fixed bulkhead
+// sized to the downstream (parityBulkhead) sits inside the breaker,
+// failsafe-go's documented place for it (retry → breaker → bulkhead →
+// timeout).
+func parityPeers(c cg) []stackDef {
+	retries := c.attempts - 1
+	probes := max(c.probes, 3)
+	closeOn := cmp.Or(c.successes, probes)
+	judged := func(err error) bool { // a failure of the downstream
+		return err != nil && !errors.Is(err, scenario.ErrOverloaded) && !errors.Is(err, bulkhead.ErrFull) && !errors.Is(err, errHandwiredFull)
+	}
+	retried := func(err error) bool {
+		return err != nil && !errors.Is(err, scenario.ErrOverloaded) && !errors.Is(err, circuitbreaker.ErrOpen) &&
+			!errors.Is(err, gobreaker.ErrOpenState) && !errors.Is(err, gobreaker.ErrTooManyRequests)
+	}
+	common := fmt.Sprintf("retry %d attempts, backoff %v→%v ×2, jitter 0.2, overload refusals and an open breaker not retried; ", c.attempts, c.initial, c.max)
+	tail := fmt.Sprintf("; bulkhead %d at once, no queue, inside the breaker, its rejections and the downstream's overload refusals not counted by the breaker; timeout %v per attempt (fixed)", parityBulkhead, c.attempt)
+	return []stackDef{
+		{"failsafe-parity", common + fmt.Sprintf("breaker opens on 50%% of at least 20 calls over 10s, open %v, closes on %d of %d probes", c.open, closeOn, probes) + tail,
+			func(seed uint64) (scenario.Stack, error) {
+				rp := retrypolicy.NewBuilder[any]().WithDelayFunc(failsafeBackoff(c.initial, c.max, seed)).WithMaxRetries(retries).
+					HandleIf(func(_ any, err error) bool { return retried(err) }).Build()
+				cb := circuitbreaker.NewBuilder[any]().WithDelay(c.open).WithSuccessThresholdRatio(uint(closeOn), uint(probes)).
+					WithFailureRateThreshold(0.5, 20, 10*time.Second).
+					HandleIf(func(_ any, err error) bool { return judged(err) }).Build()
+				return failsafeExec(failsafe.With[any](rp, cb, bulkhead.New[any](parityBulkhead), fstimeout.New[any](c.attempt))), nil
+			}},
+		{"handwired-parity", common + fmt.Sprintf("breaker (gobreaker/v2) opens on 10 consecutive failures or 50%% of at least 20 calls over 10s (10 buckets), open %v, closes on %d of %d probes (gobreaker: all must succeed)", c.open, probes, probes) + tail,
+			func(uint64) (scenario.Stack, error) {
+				cb := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+					Name: "downstream", MaxRequests: uint32(probes), Interval: 10 * time.Second, BucketPeriod: time.Second, Timeout: c.open,
+					ReadyToTrip: func(n gobreaker.Counts) bool {
+						return n.ConsecutiveFailures >= 10 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
+					},
+					IsExcluded: func(err error) bool { return err != nil && !judged(err) },
+				})
+				slots := make(chan struct{}, parityBulkhead)
+				return scenario.StackFunc(func(ctx context.Context, call func(context.Context) error) error {
+					attempt := func() error {
+						_, err := cb.Execute(func() (struct{}, error) {
+							select {
+							case slots <- struct{}{}:
+								defer func() { <-slots }()
+							default:
+								return struct{}{}, errHandwiredFull
+							}
+							actx, cancel := context.WithTimeout(ctx, c.attempt)
+							defer cancel()
+							return struct{}{}, call(actx)
+						})
+						if err != nil && !retried(err) {
+							return backoff.Permanent(err)
+						}
+						return err
+					}
+					eb := backoff.NewExponentialBackOff()
+					eb.InitialInterval, eb.MaxInterval, eb.Multiplier, eb.RandomizationFactor = c.initial, c.max, 2, 0.2
+					return backoff.Retry(attempt, backoff.WithContext(backoff.WithMaxRetries(eb, uint64(retries)), ctx))
+				}), nil
+			}},
+	}
+}
+
+// errHandwiredFull is the hand-wired parity peer's bulkhead rejection.
+var errHandwiredFull = errors.New("bulkhead full")
+
+// TestFailsafeBackoff: the parity and same-numbers peers' DelayFunc waits
+// as failsafe-go's WithBackoff(100ms, 1s).WithJitterFactor(0.2) does —
+// 100 ms, then 200 ms, 400 ms, … up to 1 s, each ±20 % — and a seed
+// replays its draws.
+func TestFailsafeBackoff(t *testing.T) {
+	waits := func(seed uint64) []time.Duration {
+		var out []time.Duration
+		d := failsafeBackoff(100*time.Millisecond, time.Second, seed)
+		ex := failsafe.With[any](retrypolicy.NewBuilder[any]().WithMaxRetries(5).WithDelayFunc(func(e failsafe.ExecutionAttempt[any]) time.Duration {
+			w := d(e)
+			out = append(out, w)
+			return 0 // the test's run does not wait
+		}).Build())
+		_ = ex.Run(func() error { return errors.New("fails") })
+		return out
+	}
+	a, b := waits(7), waits(7)
+	if !slices.Equal(a, b) {
+		t.Errorf("seed 7 twice: %v, then %v", a, b)
+	}
+	base := []time.Duration{100, 200, 400, 800, 1000}
+	if len(a) != len(base) {
+		t.Fatalf("%d waits %v; want %d", len(a), a, len(base))
+	}
+	for i, w := range a {
+		mid := base[i] * time.Millisecond
+		if lo, hi := mid*8/10, mid*12/10; w < lo || w > hi {
+			t.Errorf("wait %d: %v, outside [%v, %v]", i+1, w, lo, hi)
+		}
+	}
+	if slices.Equal(a, waits(8)) {
+		t.Errorf("seeds 7 and 8 drew the same waits %v", a)
 	}
 }

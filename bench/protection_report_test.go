@@ -2,8 +2,11 @@ package bench
 
 import (
 	"fmt"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/callguard/callguard/internal/scenario"
 )
@@ -14,22 +17,67 @@ type sweep struct {
 }
 
 type sweepCell struct {
+	server   scenario.Server
 	scenario scenario.Scenario
 	load     scenario.Load
 	runs     []cellRuns
 }
 
+// fastErrors is the cost of an error answer in the cells named
+// errorCostSuffix: 2 ms of a worker, a downstream that fails fast (the
+// independent benchmark's model), where the model's errors cost a full
+// service time.
+const (
+	fastErrors      = 2 * time.Millisecond
+	errorCostSuffix = "-errors2ms"
+)
+
+// sweepCells are the sweep's cells: every scenario under every load
+// against the model, then the scenarios whose answers are errors (the
+// ramp) again against the model with errors costing fastErrors, the
+// scenario's name marked errorCostSuffix. With -cells, only the cells
+// whose "scenario/load" matches.
+func sweepCells() []sweepCell {
+	var out []sweepCell
+	add := func(srv scenario.Server, sc scenario.Scenario) {
+		for _, ld := range scenario.Loads {
+			if *onlyCells == "" || regexp.MustCompile(*onlyCells).MatchString(sc.Name+"/"+ld.Name) {
+				out = append(out, sweepCell{server: srv, scenario: sc, load: ld})
+			}
+		}
+	}
+	for _, sc := range scenario.Scenarios {
+		add(scenario.Model, sc)
+	}
+	for _, sc := range scenario.Scenarios {
+		if sc.Name == "ramp" {
+			srv := scenario.Model
+			srv.ErrorCost = fastErrors
+			sc.Name += errorCostSuffix
+			add(srv, sc)
+		}
+	}
+	return out
+}
+
+// cell is the scenario's cell of c for seed.
+func (c sweepCell) cell(seed uint64) scenario.Cell {
+	return scenario.Cell{Server: c.server, Scenario: c.scenario, Load: c.load, Seed: seed}
+}
+
+// ceiling is the most successes the downstream allows in c
+// (scenario.Ceiling).
+func (c sweepCell) ceiling() float64 { return scenario.Ceiling(c.server, c.scenario, c.load) }
+
 func runSweep(t *testing.T) sweep {
 	var s sweep
 	defs := stacks()
-	for _, sc := range scenario.Scenarios {
-		for _, ld := range scenario.Loads {
-			c := sweepCell{scenario: sc, load: ld, runs: make([]cellRuns, len(defs))}
-			for i, def := range defs {
-				c.runs[i] = cellRuns{stack: def, results: make([]scenario.Result, len(seeds))}
-			}
-			s.cells = append(s.cells, c)
+	for _, c := range sweepCells() {
+		c.runs = make([]cellRuns, len(defs))
+		for i, def := range defs {
+			c.runs[i] = cellRuns{stack: def, results: make([]scenario.Result, len(seeds))}
 		}
+		s.cells = append(s.cells, c)
 	}
 	// Every run in a bubble of its own, as many at once as there are CPUs.
 	t.Run("runs", func(t *testing.T) {
@@ -38,7 +86,7 @@ func runSweep(t *testing.T) sweep {
 				for k, seed := range seeds {
 					t.Run(fmt.Sprintf("%s/%s/%s/%d", c.scenario.Name, c.load.Name, r.stack.name, seed), func(t *testing.T) {
 						t.Parallel()
-						r.results[k] = runOne(t, scenario.Cell{Server: scenario.Model, Scenario: c.scenario, Load: c.load, Seed: seed}, r.stack)
+						r.results[k] = runOne(t, c.cell(seed), r.stack)
 					})
 				}
 			}
@@ -105,7 +153,7 @@ func (s sweep) tables() string {
 		}
 	}
 	b.WriteString("\n### callguard against each peer (successes, wins / losses / ties over the cells)\n\n")
-	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "cg-no-limit", "cg-counts-refusals", "none", "naive-retry"} {
+	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "failsafe-parity", "handwired-parity", "cg-no-limit", "cg-counts-refusals", "none", "naive-retry"} {
 		w, l, tie := 0, 0, 0
 		var lost []string
 		for _, c := range s.cells {
@@ -130,7 +178,8 @@ func (s sweep) tables() string {
 		}
 		b.WriteString("\n")
 	}
-	b.WriteString(s.bestPeers())
+	b.WriteString(s.bestPeers("documented peer stack", documentedPeers))
+	b.WriteString(s.bestPeers("peer stack, documented or at parity", slices.Concat(documentedPeers, parityPeerNames)))
 	b.WriteString(s.frontier())
 	b.WriteString("\n### Configurations\n\n")
 	for _, d := range stacks() {
@@ -139,16 +188,22 @@ func (s sweep) tables() string {
 	return b.String()
 }
 
-// fullPeers are the peers' whole stacks (retry, breaker, timeout, and an
-// overload policy where named): in each cell, callguard's recommended chain
-// is held against the best of them.
-var fullPeers = []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead"}
+// documentedPeers are the peers' whole stacks (retry, breaker, timeout,
+// and an overload policy where named) as their docs show them, as documented
+// or at callguard's numbers; parityPeerNames are the peers as a careful
+// engineer configures them (parityPeers). In each cell, callguard's
+// recommended chain is held against the best of the documented ones and
+// against the best of all.
+var (
+	documentedPeers = []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead"}
+	parityPeerNames = []string{"failsafe-parity", "handwired-parity"}
+)
 
-// bestPeers is the table of callguard against the best peer stack of each
-// cell (by median successes).
-func (s sweep) bestPeers() string {
+// bestPeers is the table of callguard against the best of the peer stacks
+// named (by median successes) in each cell, under the title what.
+func (s sweep) bestPeers(what string, names []string) string {
 	var b strings.Builder
-	b.WriteString("\n### callguard against the best peer stack of each cell\n\n")
+	fmt.Fprintf(&b, "\n### callguard against the best %s of each cell\n\n", what)
 	b.WriteString("| cell | callguard | best peer | its successes | verdict |\n|---|---|---|---|---|\n")
 	w, l, t := 0, 0, 0
 	for _, c := range s.cells {
@@ -158,7 +213,7 @@ func (s sweep) bestPeers() string {
 		}
 		var best cellRuns
 		bestMed := -1.0
-		for _, name := range fullPeers {
+		for _, name := range names {
 			if p, ok := c.find(name); ok {
 				if med, _, _ := p.stat(metrics[0].f); med > bestMed {
 					best, bestMed = p, med
@@ -181,7 +236,7 @@ func (s sweep) bestPeers() string {
 		pm, plo, phi := best.stat(metrics[0].f)
 		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %s |\n", c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, pm, plo, phi, v)
 	}
-	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best peer stack of each cell.\n", w, l, t)
+	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best %s of each cell.\n", w, l, t, what)
 	return b.String()
 }
 
@@ -205,11 +260,12 @@ func (c sweepCell) frontierOf() (best, cg cellRuns, ok bool) {
 
 // frontier is the table of callguard against the best stack measured in
 // each cell, as a fraction of it, with the verdict (a loss: the frontier's
-// worst seed above callguard's best).
+// worst seed above callguard's best), and against the cell's ceiling, the
+// most successes the downstream allows (scenario.Ceiling).
 func (s sweep) frontier() string {
 	var b strings.Builder
-	b.WriteString("\n### callguard against the frontier: the best stack measured in each cell\n\n")
-	b.WriteString("| cell | callguard | the best stack | its successes | callguard / best | verdict |\n|---|---|---|---|---|---|\n")
+	b.WriteString("\n### callguard against the frontier (the best stack measured in each cell) and the ceiling (what the downstream allows)\n\n")
+	b.WriteString("| cell | callguard | the best stack | its successes | callguard / best | verdict | ceiling | callguard / ceiling |\n|---|---|---|---|---|---|---|---|\n")
 	at98 := 0
 	n := 0
 	for _, c := range s.cells {
@@ -224,8 +280,13 @@ func (s sweep) frontier() string {
 		if frac >= 0.98 {
 			at98++
 		}
-		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %.1f %% | %s |\n",
-			c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, bm, blo, bhi, 100*frac, compare(cg, best))
+		ofCeiling := "–"
+		ceil := c.ceiling()
+		if ceil > 0 {
+			ofCeiling = fmt.Sprintf("%.1f %%", 100*am/ceil)
+		}
+		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %.1f %% | %s | %.0f | %s |\n",
+			c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, bm, blo, bhi, 100*frac, compare(cg, best), ceil, ofCeiling)
 	}
 	fmt.Fprintf(&b, "\ncallguard is at 98 %% of the frontier or more in %d of %d cells.\n", at98, n)
 	return b.String()
@@ -250,7 +311,7 @@ func TestFrontier(t *testing.T) {
 		t.Fatalf("frontier %q, callguard %q, ok %t; want none, callguard", best.stack.name, cg.stack.name, ok)
 	}
 	out := sweep{cells: []sweepCell{c}}.frontier()
-	if !strings.Contains(out, "| s / l | 95 [90–100] | none | 101 [100–102] | 94.1 % | tie |") || !strings.Contains(out, "in 0 of 1 cells") {
+	if !strings.Contains(out, "| s / l | 95 [90–100] | none | 101 [100–102] | 94.1 % | tie | 0 | – |") || !strings.Contains(out, "in 0 of 1 cells") {
 		t.Errorf("frontier table:\n%s", out)
 	}
 }

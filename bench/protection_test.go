@@ -35,6 +35,7 @@ import (
 var (
 	protection  = flag.Bool("protection", false, "run the protection benchmark's full sweep as a test and print its tables")
 	onlyStacks  = flag.String("stacks", "", "with -protection: only the stacks whose names match this regexp")
+	onlyCells   = flag.String("cells", "", "with -protection: only the cells whose scenario/load matches this regexp")
 	experiments = flag.Bool("experiments", false, "with -protection: add the experimental configurations")
 )
 
@@ -81,6 +82,14 @@ type cg struct {
 	noRefusalRetry bool
 	// bulkheadSize: the bulkhead's MaxConcurrent (0: 20).
 	bulkheadSize int
+	// fit: the retry plans its waits against the deadline
+	// (retry.FitDeadline).
+	fit bool
+	// initialLimit, limitQueue: the limiter's InitialLimit (0: its
+	// default, 20) and MaxQueue (0: no queue), queued calls waiting at
+	// most limitWait.
+	initialLimit, limitQueue int
+	limitWait                time.Duration
 }
 
 func (c cg) stack(seed uint64) (scenario.Stack, error) {
@@ -94,6 +103,9 @@ func (c cg) stack(seed uint64) (scenario.Stack, error) {
 	}
 	if c.order == "retry-when-open" {
 		ropts = append(ropts, retry.RetryWhenOpen())
+	}
+	if c.fit {
+		ropts = append(ropts, retry.FitDeadline())
 	}
 	if c.noRefusalRetry {
 		ropts = append(ropts, retry.RetryIf(func(err error) bool { return !errors.Is(err, scenario.ErrOverloaded) }))
@@ -174,6 +186,9 @@ func (c cg) describe() string {
 	if c.order == "retry-when-open" {
 		parts = append(parts, "RetryWhenOpen")
 	}
+	if c.fit {
+		parts = append(parts, "waits planned against the deadline (FitDeadline)")
+	}
 	if c.noRefusalRetry {
 		parts = append(parts, "overload refusals not retried (as grpcmw and httpmw: no pushback, no Retry-After)")
 	}
@@ -241,9 +256,17 @@ func (c cg) newLimit() (chain.Policy, error) {
 	case "bulkhead":
 		return limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: cmp.Or(c.bulkheadSize, 20)})
 	case "aimd":
-		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{})})
+		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{}), InitialLimit: c.initialLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait})
 	}
-	return limit.New(limit.Settings{})
+	return limit.New(limit.Settings{InitialLimit: c.initialLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait})
+}
+
+// queueConfig describes the limiter's queue.
+func (c cg) queueConfig() string {
+	if c.limitQueue == 0 {
+		return "no queue"
+	}
+	return fmt.Sprintf("a queue of %d waiting at most %v", c.limitQueue, c.limitWait)
 }
 
 // overloadConfig describes the overload policies of c.
@@ -257,9 +280,9 @@ func (c cg) overloadConfig() string {
 	case "bulkhead":
 		parts = append(parts, fmt.Sprintf("bulkhead %d at once, no queue, ", cmp.Or(c.bulkheadSize, 20))+where)
 	case "aimd":
-		parts = append(parts, "limit AIMD (limit.Settings defaults: from 20 in [1, 200], ×0.9 on a timeout), no queue, "+where)
+		parts = append(parts, fmt.Sprintf("limit AIMD (limit.Settings defaults: from %d in [1, 200], ×0.9 on a timeout), %s, %s", cmp.Or(c.initialLimit, limit.DefaultInitialLimit), c.queueConfig(), where))
 	case "gradient2":
-		parts = append(parts, "limit Gradient2 (limit.Settings defaults: from 20 in [1, 200], tolerance 1.5, short 10 / long 600 samples), no queue, "+where)
+		parts = append(parts, fmt.Sprintf("limit Gradient2 (limit.Settings defaults: from %d in [1, 200], tolerance 1.5, short 10 / long 600 samples), %s, %s", cmp.Or(c.initialLimit, limit.DefaultInitialLimit), c.queueConfig(), where))
 	}
 	if c.throttle {
 		parts = append(parts, "throttle (throttle.Settings defaults: K 2 over 1m, at most 90% refused, after 20 requests) inside the retry")
@@ -323,6 +346,7 @@ func stacks() []stackDef {
 		cgStack("cg-CG001-retry-when-open", recommended.with(func(c *cg) { c.order = "retry-when-open" })),
 		cgStack("cg-CG009-no-attempt-timeout", recommended.with(func(c *cg) { c.attempt = 0 })),
 	}
+	out = append(out, mechanisms()...)
 	out = append(out, overloadStacks()...)
 	if *experiments {
 		out = append(out, experimental...)
@@ -331,11 +355,31 @@ func stacks() []stackDef {
 		out = append(out, stackDef(p))
 	}
 	out = append(out, samePeers(recommended)...)
+	out = append(out, parityPeers(recommended)...)
 	if *onlyStacks != "" {
 		re := regexp.MustCompile(*onlyStacks)
 		out = slices.DeleteFunc(out, func(d stackDef) bool { return !re.MatchString(d.name) })
 	}
 	return out
+}
+
+// mechanisms are the rows of the mechanisms the protection issue asked to
+// measure, each the recommended chain with one change: the retry's waits
+// planned against the deadline; a limit that starts higher or queues
+// rather than refuses the first burst; a breaker that sheds in proportion
+// (the throttle beside it, a rate-only trip rule).
+func mechanisms() []stackDef {
+	return []stackDef{
+		cgStack("cg-fit", recommended.with(func(c *cg) { c.fit = true })),
+		cgStack("cg-limit-from50", recommended.with(func(c *cg) { c.initialLimit = 50 })),
+		cgStack("cg-limit-queue", recommended.with(func(c *cg) { c.limitQueue, c.limitWait = 10, 100*time.Millisecond })),
+		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.rate = 0.5 })),
+		cgStack("cg-fit+rate-only", recommended.with(func(c *cg) { c.fit, c.rate = true, 0.5 })),
+		cgStack("cg-probe-1of3", recommended.with(func(c *cg) { c.successes = 1 })),
+		cgStack("cg-open500ms", recommended.with(func(c *cg) { c.open = 500 * time.Millisecond })),
+		cgStack("cg-outside+fit", recommended.with(func(c *cg) { c.order, c.fit = "breaker-outside", true })),
+		cgStack("cg-outside+1of3", recommended.with(func(c *cg) { c.order, c.successes = "breaker-outside", 1 })),
+	}
 }
 
 // experimental are configurations tried with -experiments.
@@ -413,31 +457,29 @@ var metrics = []struct {
 // BenchmarkProtection reports every metric of every stack in every cell
 // (medians over the seeds; -1 for detect-s and recover-s means never).
 func BenchmarkProtection(b *testing.B) {
-	for _, sc := range scenario.Scenarios {
-		for _, ld := range scenario.Loads {
-			for _, def := range stacks() {
-				b.Run("scenario="+sc.Name+"/load="+ld.Name+"/stack="+def.name, func(b *testing.B) {
-					var runs cellRuns
-					for b.Loop() {
-						runs = cellRuns{stack: def}
-						ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
-							Name: "cell",
-							F: func(t *testing.T) {
-								for _, seed := range seeds {
-									runs.results = append(runs.results, runOne(t, scenario.Cell{Server: scenario.Model, Scenario: sc, Load: ld, Seed: seed}, def))
-								}
-							},
-						}})
-						if !ok {
-							b.Fatal("a run failed")
-						}
+	for _, c := range sweepCells() {
+		for _, def := range stacks() {
+			b.Run("scenario="+c.scenario.Name+"/load="+c.load.Name+"/stack="+def.name, func(b *testing.B) {
+				var runs cellRuns
+				for b.Loop() {
+					runs = cellRuns{stack: def}
+					ok := testing.RunTests(func(string, string) (bool, error) { return true, nil }, []testing.InternalTest{{
+						Name: "cell",
+						F: func(t *testing.T) {
+							for _, seed := range seeds {
+								runs.results = append(runs.results, runOne(t, c.cell(seed), def))
+							}
+						},
+					}})
+					if !ok {
+						b.Fatal("a run failed")
 					}
-					for _, m := range metrics {
-						med, _, _ := runs.stat(m.f)
-						b.ReportMetric(med, m.unit)
-					}
-				})
-			}
+				}
+				for _, m := range metrics {
+					med, _, _ := runs.stat(m.f)
+					b.ReportMetric(med, m.unit)
+				}
+			})
 		}
 	}
 }

@@ -13,9 +13,10 @@ var globalRand sync.Mutex
 
 // drawsGlobal reports a stack whose draws come from math/rand's global
 // source: the hand-wired peers (backoff/v4's jitter). callguard's stacks
-// draw from their run's seed (retry.Rand, throttle.Settings.Rand), and
-// failsafe-go's from math/rand/v2's global source, which no seed reaches:
-// its rows vary from run to run by what its draws give.
+// draw from their run's seed (retry.Rand, throttle.Settings.Rand), and so
+// do failsafe-go's retries with jitter (failsafeBackoff); failsafe-go's
+// adaptivethrottler draws from math/rand/v2's global source, which no
+// seed reaches: the -throttler rows alone vary from run to run.
 func drawsGlobal(def stackDef) bool { return strings.HasPrefix(def.name, "handwired") }
 
 // seedGlobal seeds math/rand's global source, which backoff/v4 draws its
