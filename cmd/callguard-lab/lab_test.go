@@ -2,16 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 )
 
 // TestMain lets the test binary be the lab's downstream process too, as the
@@ -166,45 +162,5 @@ func TestKillAndRestart(t *testing.T) {
 	if len(r.Timelines) != 1 || len(r.Timelines[0].Marks) == 0 || len(r.Timelines[0].Faults) != 1 ||
 		!slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }) {
 		t.Errorf("K1's timeline: %+v", r.Timelines)
-	}
-}
-
-// TestLoopback checks --live's network: a real HTTP server in front of the
-// simulated downstream, its success a success, its failure an error, and
-// the caller giving up reaching the server.
-func TestLoopback(t *testing.T) {
-	var n atomic.Int32
-	gaveUp := make(chan struct{})
-	call, stop, err := loopback(func(ctx context.Context) error {
-		switch n.Add(1) {
-		case 1:
-			return nil
-		case 2:
-			return errors.New("down")
-		default:
-			<-ctx.Done()
-			close(gaveUp)
-			return ctx.Err()
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	if err := call(context.Background()); err != nil {
-		t.Errorf("healthy call: %v", err)
-	}
-	if err := call(context.Background()); err == nil || !strings.Contains(err.Error(), "503") {
-		t.Errorf("failed call: %v, want a 503", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := call(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("call past its deadline: %v, want context.DeadlineExceeded", err)
-	}
-	select {
-	case <-gaveUp:
-	case <-time.After(5 * time.Second):
-		t.Error("the server never saw the caller give up")
 	}
 }

@@ -2,11 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -200,7 +196,7 @@ func runLive(sc scenario.Scenario, load scenario.Load, make func() (scenario.Sta
 	if err != nil {
 		return scenario.Result{}, err
 	}
-	return scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1, Network: loopback, Record: true}, stack)
+	return scenario.Run(scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1, Network: scenario.Loopback, Record: true}, stack)
 }
 
 // scenarioTimeline is the picture of one stack's run of sc: its first
@@ -230,41 +226,6 @@ func scenarioTimeline(id string, sc scenario.Scenario, stack string, res scenari
 		tl.Marks[i].N++
 	}
 	return tl
-}
-
-// loopback puts a real HTTP server in front of the simulated downstream:
-// each call is a GET to it; a failure is a 503.
-func loopback(server func(context.Context) error) (func(context.Context) error, func(), error) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if err := server(r.Context()); err != nil {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	tr := &http.Transport{MaxIdleConnsPerHost: 512}
-	client := &http.Client{Transport: tr}
-	call := func(ctx context.Context) error {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
-		if err != nil {
-			return err
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		if resp.StatusCode >= 500 {
-			return errors.New(resp.Status)
-		}
-		return nil
-	}
-	return call, func() {
-		tr.CloseIdleConnections()
-		srv.CloseClientConnections()
-		srv.Close()
-	}, nil
 }
 
 func describeScenario(sc scenario.Scenario) string {
