@@ -10,6 +10,7 @@ import (
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/hedge"
+	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/throttle"
@@ -26,8 +27,22 @@ func TestRecommendedChainsAreClean(t *testing.T) {
 		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
 	}))
 	l, _ := limit.New(limit.Settings{})
-	if _, err := (chain.Options{Strict: true}).New(r, l, b, attempt); err != nil {
+	if c, err := (chain.Options{Strict: true}).New(r, l, b, attempt); err != nil {
 		t.Errorf("README's chain: %v", err)
+	} else if fs := c.Findings(); len(fs) != 0 {
+		t.Errorf("README's chain: %d findings, want none (the README loops over them; an info on the recommended chain is noise): %v", len(fs), fs)
+	}
+	// README's per-client chain for HTTP: the same with httpmw's refusals.
+	hb, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2, IsExcluded: httpmw.Overloaded})
+	hl, _ := limit.New(limit.Settings{})
+	hr, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second))
+	hattempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
+	}))
+	if c, err := (chain.Options{Strict: true}).New(hr, hl, hb, hattempt); err != nil {
+		t.Errorf("README's HTTP chain: %v", err)
+	} else if fs := c.Findings(); len(fs) != 0 {
+		t.Errorf("README's HTTP chain: findings %v, want none", fs)
 	}
 	fb, _ := fallback.New(func(context.Context, error) error { return nil })
 	overall, _ := timeout.New(3500 * time.Millisecond)

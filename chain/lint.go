@@ -18,7 +18,8 @@ type Rule struct {
 }
 
 // Rules returns the lint rules, by code. Codes are stable: a code is never
-// reused for another rule.
+// reused for another rule, and a retired one stays listed (so that an
+// Options.Ignore naming it still builds) with a summary saying so.
 func Rules() []Rule {
 	return []Rule{
 		{"CG001", "retry outside a breaker keeps retrying when it is open (RetryWhenOpen): backoff waits for nothing"},
@@ -40,7 +41,7 @@ func Rules() []Rule {
 		{"CG017", "hedge inside a breaker: the breaker sees one outcome for several attempts; a half-open probe becomes several calls"},
 		{"CG018", "info: a chain's Do hedges every call; hedge only idempotent calls (the adapters do)"},
 		{"CG019", "fixed hedge delay below the declared median latency: the hedge budget goes to ordinary calls"},
-		{"CG020", "info: limiter or bulkhead inside a retry: each attempt takes a slot, and a rejection ends the retries at once"},
+		{"CG020", "retired: a limiter or bulkhead inside a retry is its canonical place (docs/ordering.md says what a rejection does to the retries); never reported"},
 		{"CG021", "throttle inside a breaker: the breaker sees only what the throttle lets through and may stay half-open"},
 		{"CG022", "limiter or bulkhead queue wait at least the attempt timeout: a standing queue that spends the callers' time"},
 		{"CG023", "hedging with a retry that has no budget: a slow, failing downstream gets hedges × attempts per request"},

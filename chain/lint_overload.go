@@ -107,11 +107,7 @@ func (l *linter) limit(i int, maxQueue int, maxWait time.Duration) {
 	inside := false
 	for j := 0; j < i; j++ {
 		if o := l.steps[j]; o.kind == kindRetry {
-			inside = true
-			// CG020: inside a retry (its canonical place): say what a
-			// rejection does to the retries.
-			l.info("CG020", "%v is inside %v: each attempt takes a slot of its own, and a rejection ends the request's retries at once (callguard's retry never retries a local rejection: one made at once would be refused again, up to %d times). Under an overload, the requests whose first attempt failed are the first to lose their retries, which is the load the limit is there to shed. Fix: nothing, in the canonical order; to have a refused attempt wait for a slot instead, give the limit a queue with a MaxWait well below the attempt timeout.",
-				p, o.p, o.rx.Attempts)
+			inside = true // its canonical place (docs/ordering.md); CG020, which said so, is retired
 			break
 		}
 	}

@@ -124,12 +124,6 @@ func TestRules(t *testing.T) {
 			numbers: []string{"declared p50 of 20ms", "over 50% of healthy calls", "(5%)"},
 		},
 		{
-			code:    "CG020",
-			bad:     []chain.Policy{rt(retry.MaxAttempts(3), budget()), bh(limit.BulkheadSettings{MaxConcurrent: 10}), br(fiveConsecutive), to(time.Second)},
-			good:    []chain.Policy{bh(limit.BulkheadSettings{MaxConcurrent: 10}), br(fiveConsecutive), to(time.Second)},
-			numbers: []string{"refused again, up to 3 times"},
-		},
-		{
 			code:    "CG024",
 			bad:     []chain.Policy{must(limit.New(limit.Settings{})), rt(retry.MaxAttempts(3), budget()), br(fiveConsecutive), to(time.Second)},
 			good:    []chain.Policy{rt(retry.MaxAttempts(3), budget()), must(limit.New(limit.Settings{})), br(fiveConsecutive), to(time.Second)},

@@ -110,8 +110,8 @@ func Metrics(mp metric.MeterProvider) Option {
 }
 
 // Logger makes the transport log to l: breaker state changes (an open at
-// Warn, others at Info), the lint's findings on each chain built for a
-// key, and evictions.
+// Warn, others at Info), the lint's findings on its chain (once) and on
+// each chain built for a key, and evictions.
 func Logger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) {
 		if c.Func("Logger", l == nil) {
