@@ -37,7 +37,7 @@ func Example_prometheus() {
 	b, _ := breaker.New(breaker.Settings{Name: "catalog", ConsecutiveFailures: 3})
 	attempt, _ := timeout.New(300*time.Millisecond, timeout.Latency(0.99, 100*time.Millisecond))
 	c, _ := chain.New(r, b, attempt)
-	tr, err := httpmw.New(catalog{}, c, httpmw.Metrics(mp))
+	tr, err := httpmw.New(catalog{}, c, httpmw.Metrics(mp), httpmw.Client("catalog-client"))
 	if err != nil {
 		panic(err)
 	}
@@ -58,10 +58,10 @@ func Example_prometheus() {
 		}
 	}
 	// Output:
-	// callguard_breaker_state{callguard_breaker_name="catalog",callguard_breaker_override="none",callguard_key="",callguard_policy_index="1"} 2
-	// callguard_calls_total{callguard_key="",callguard_outcome="failed",server_address="catalog.test"} 1
-	// callguard_calls_total{callguard_key="",callguard_outcome="ok",server_address="catalog.test"} 2
-	// callguard_calls_total{callguard_key="",callguard_outcome="rejected",server_address="catalog.test"} 1
+	// callguard_breaker_state{callguard_breaker_name="catalog",callguard_breaker_override="none",callguard_client="catalog-client",callguard_key="",callguard_policy_index="1"} 2
+	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="failed",server_address="catalog.test"} 1
+	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="ok",server_address="catalog.test"} 2
+	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="rejected",server_address="catalog.test"} 1
 }
 
 // catalog answers 503 on /down, 200 otherwise.

@@ -605,6 +605,7 @@ func TestInvalidOptionsNamed(t *testing.T) {
 		"PerKey":       grpcmw.PerKey(key, nil, 5),
 		"Classify":     grpcmw.Classify(nil),
 		"StreamBuffer": grpcmw.StreamBuffer(-1, 0),
+		"Client":       grpcmw.Client(""),
 	} {
 		if ic, err := grpcmw.NewInterceptors(nil, o); ic != nil || err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: NewInterceptors = %v, %v; want an error naming it", name, ic, err)

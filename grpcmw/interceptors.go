@@ -182,7 +182,7 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 	if err := adapter.Apply(&cfg.Problems, opts, func(o Option) { o.apply(cfg) }); err != nil {
 		return nil, err
 	}
-	tel, err := telemetry.New("grpcmw", "rpc.method", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
+	tel, err := telemetry.New("grpcmw", cfg.client, "rpc.method", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
 		cfg.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
 	})
 	if err != nil {

@@ -39,6 +39,7 @@ type config struct {
 	readyProbes      bool
 	fromHeader       bool // JudgeFromHeader
 	meter            metric.MeterProvider
+	client           string // Client
 	logger           *slog.Logger
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
@@ -203,6 +204,22 @@ func JudgeFromHeader() Option { return optionFunc(func(c *config) { c.fromHeader
 // not wait, as it would hold its slot for the whole outage.
 func ProbesWaitForReady(on bool) Option {
 	return optionFunc(func(c *config) { c.readyProbes = on })
+}
+
+// Client names the interceptors in their metrics and logs: every instrument
+// carries callguard.client with it, so that two clients reporting to one
+// MeterProvider are told apart, down to each policy's series. Without it,
+// the name is the package's, "grpcmw", for the first such adapter built in
+// the process, then "grpcmw-2", "grpcmw-3", … in the order they are built: name
+// each client for series that stay the same across restarts.
+func Client(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.Fail("Client(\"\"): needs a name")
+			return
+		}
+		c.client = name
+	})
 }
 
 // Metrics makes the interceptors report OpenTelemetry metrics to mp (see

@@ -32,6 +32,7 @@ type config struct {
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
 	meter            metric.MeterProvider
+	client           string // Client
 	logger           *slog.Logger
 }
 
@@ -94,6 +95,22 @@ func OnEvict(fn func(key string)) Option {
 		if c.Func("OnEvict", fn == nil) {
 			c.onEvict = fn
 		}
+	})
+}
+
+// Client names the transport in their metrics and logs: every instrument
+// carries callguard.client with it, so that two clients reporting to one
+// MeterProvider are told apart, down to each policy's series. Without it,
+// the name is the package's, "httpmw", for the first such adapter built in
+// the process, then "httpmw-2", "httpmw-3", … in the order they are built: name
+// each client for series that stay the same across restarts.
+func Client(name string) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			c.Fail("Client(\"\"): needs a name")
+			return
+		}
+		c.client = name
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestMetricsAndLogs(t *testing.T) {
 	b := must(breaker.New(breaker.Settings{Name: "catalog", ConsecutiveFailures: 3, OpenTimeout: time.Hour}))
 	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), b,
 		must(timeout.New(300*time.Millisecond, timeout.Latency(0.99, 100*time.Millisecond)))))
-	tr := must(httpmw.New(base, c, httpmw.Metrics(mp), httpmw.Logger(logger)))
+	tr := must(httpmw.New(base, c, httpmw.Metrics(mp), httpmw.Logger(logger), httpmw.Client("catalog-client")))
 	get := func() {
 		resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, "http://catalog.test/", nil)))
 		if err == nil {
@@ -89,13 +90,14 @@ func TestMetricsAndLogs(t *testing.T) {
 	m := metrics(t, reader)
 	host := attribute.String("server.address", "catalog.test")
 	key := attribute.String("callguard.key", "")
+	cl := attribute.String("callguard.client", "catalog-client")
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 1, "rejected": 1} {
-		if got := m["callguard.calls"][set(key, host, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.calls"][set(cl, key, host, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.calls{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 3, "rejected": 0} { // the rejected call made none
-		if got := m["callguard.attempts"][set(key, host, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.attempts"][set(cl, key, host, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.attempts{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
@@ -105,20 +107,86 @@ func TestMetricsAndLogs(t *testing.T) {
 		attrs  attribute.Distinct
 		want   float64
 	}{
-		{"callguard.breaker.state", set(key, name, idx, attribute.String("callguard.breaker.override", "none")), 2},
-		{"callguard.breaker.calls", set(key, name, idx, attribute.String("callguard.outcome", "success")), 2},
-		{"callguard.breaker.calls", set(key, name, idx, attribute.String("callguard.outcome", "failure")), 3},
-		{"callguard.breaker.rejections", set(key, name, idx, attribute.String("callguard.reason", "open")), 1},
-		{"callguard.breaker.transitions", set(key, name, attribute.String("callguard.from", "closed"), attribute.String("callguard.to", "open")), 1},
-		{"callguard.retry.retries", set(key, attribute.Int("callguard.policy.index", 0)), 2},
-		{"callguard.timeout.value", set(key, attribute.Int("callguard.policy.index", 2), attribute.Bool("callguard.timeout.adaptive", false)), 0.3},
+		{"callguard.breaker.state", set(cl, key, name, idx, attribute.String("callguard.breaker.override", "none")), 2},
+		{"callguard.breaker.calls", set(cl, key, name, idx, attribute.String("callguard.outcome", "success")), 2},
+		{"callguard.breaker.calls", set(cl, key, name, idx, attribute.String("callguard.outcome", "failure")), 3},
+		{"callguard.breaker.rejections", set(cl, key, name, idx, attribute.String("callguard.reason", "open")), 1},
+		{"callguard.breaker.transitions", set(cl, key, name, attribute.String("callguard.from", "closed"), attribute.String("callguard.to", "open")), 1},
+		{"callguard.retry.retries", set(cl, key, attribute.Int("callguard.policy.index", 0)), 2},
+		{"callguard.timeout.value", set(cl, key, attribute.Int("callguard.policy.index", 2), attribute.Bool("callguard.timeout.adaptive", false)), 0.3},
 	}
 	for _, c := range checks {
 		if got, ok := m[c.metric][c.attrs]; !ok || got != c.want {
 			t.Errorf("%s = %v (reported %t), want %v; all: %v", c.metric, got, ok, c.want, m[c.metric])
 		}
 	}
-	if !strings.Contains(logs.String(), `level=WARN msg="callguard: breaker open" adapter=httpmw key="" breaker=catalog from=closed to=open`) {
+	if !strings.Contains(logs.String(), `level=WARN msg="callguard: breaker open" client=catalog-client adapter=httpmw key="" breaker=catalog from=closed to=open`) {
 		t.Errorf("logs:\n%s\nwant the open at WARN", logs.String())
+	}
+}
+
+// TestTwoClientsOneProvider: two transports reporting to one
+// MeterProvider, neither named, keep their series apart: each policy's
+// instruments carry the transport's callguard.client, so the two
+// attempt timeouts are two data points (0.1 s and 0.7 s, not the last one
+// read), and the retries of one are not summed with the other's.
+func TestTwoClientsOneProvider(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	failing := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 503, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	})
+	healthy := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		return &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(strings.NewReader("")), Request: r}, nil
+	})
+	newTransport := func(base http.RoundTripper, d time.Duration) *httpmw.Transport {
+		c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), must(timeout.New(d))))
+		return must(httpmw.New(base, c, httpmw.Metrics(mp)))
+	}
+	a, b := newTransport(failing, 100*time.Millisecond), newTransport(healthy, 700*time.Millisecond)
+	for _, tr := range []*httpmw.Transport{a, b} {
+		resp, err := tr.RoundTrip(must(http.NewRequest(http.MethodGet, "http://catalog.test/", nil)))
+		if err == nil {
+			_ = resp.Body.Close()
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	timeouts, retries := map[string]float64{}, map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Gauge[float64]:
+				if m.Name == "callguard.timeout.value" {
+					for _, p := range d.DataPoints {
+						client, _ := p.Attributes.Value("callguard.client")
+						timeouts[client.AsString()] = p.Value
+					}
+				}
+			case metricdata.Sum[int64]:
+				if m.Name == "callguard.retry.retries" {
+					for _, p := range d.DataPoints {
+						client, _ := p.Attributes.Value("callguard.client")
+						retries[client.AsString()] += p.Value
+					}
+				}
+			}
+		}
+	}
+	if len(timeouts) != 2 || len(retries) != 2 {
+		t.Fatalf("callguard.timeout.value %v, callguard.retry.retries %v: want two clients each", timeouts, retries)
+	}
+	var values []float64
+	var counts []int64
+	for client := range timeouts {
+		values = append(values, timeouts[client])
+		counts = append(counts, retries[client])
+	}
+	slices.Sort(values)
+	slices.Sort(counts)
+	if !slices.Equal(values, []float64{0.1, 0.7}) || !slices.Equal(counts, []int64{0, 2}) {
+		t.Errorf("timeouts %v, retries %v by client; want 0.1 and 0.7 s, 0 and 2 retries", timeouts, retries)
 	}
 }

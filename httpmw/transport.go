@@ -53,7 +53,7 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	if ht, ok := base.(*http.Transport); ok && ht.MaxConnsPerHost > 0 {
 		t.pooled = true
 	}
-	tel, err := telemetry.New("httpmw", "server.address", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
+	tel, err := telemetry.New("httpmw", cfg.client, "server.address", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
 		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ package telemetry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -66,7 +67,8 @@ func Classify(ctx context.Context, err error) Outcome {
 // T is one adapter's telemetry. A nil *T does nothing, at no cost.
 type T struct {
 	pkg         string
-	targetAttr  string // "rpc.method" or "server.address"
+	client      attribute.KeyValue // callguard.client: every instrument's, so that two adapters on one provider are told apart
+	targetAttr  string             // "rpc.method" or "server.address"
 	calls       metric.Int64ObservableCounter
 	attempts    metric.Int64ObservableCounter
 	transitions metric.Int64Counter
@@ -98,14 +100,18 @@ type callCount struct {
 // counted with the key and the target "(other)".
 const maxSets = 4096
 
-// New returns the telemetry of an adapter (pkg "grpcmw" or "httpmw"),
-// or nil when neither mp nor log is set. each walks the adapter's chains
-// by key, for the instruments read at collection.
-func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each func(fn func(key string, c *chain.Chain))) (*T, error) {
+// New returns the telemetry of an adapter (pkg "grpcmw" or "httpmw")
+// named client (see ClientName), or nil when neither mp nor log is set.
+// each walks the adapter's chains by key, for the instruments read at
+// collection.
+func New(pkg, client, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each func(fn func(key string, c *chain.Chain))) (*T, error) {
 	if mp == nil && log == nil {
 		return nil, nil
 	}
-	t := &T{pkg: pkg, targetAttr: targetAttr, log: log}
+	t := &T{pkg: pkg, client: attribute.String("callguard.client", ClientName(pkg, client)), targetAttr: targetAttr, log: log}
+	if log != nil {
+		t.log = log.With("client", t.client.Value.AsString())
+	}
 	if mp == nil {
 		return t, nil
 	}
@@ -165,7 +171,7 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		seen := map[chain.Policy]bool{} // a policy shared by keys' chains is reported once, under the first key
 		each(func(key string, c *chain.Chain) {
-			observe(o, key, c, seen, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
+			observe(o, t.client, key, c, seen, state, bcalls, rejections, tvalue, retries, exhausted, tokens)
 		})
 		t.mu.RLock()
 		for _, c := range t.sets {
@@ -181,8 +187,27 @@ func New(pkg, targetAttr string, mp metric.MeterProvider, log *slog.Logger, each
 	return t, nil
 }
 
+// clients numbers the adapters built without a name, by package.
+var clients sync.Map // pkg → *atomic.Int64
+
+// ClientName returns name if it is not empty, and otherwise a name of the
+// adapter's own: pkg for the first adapter of the package built in the
+// process with telemetry and no name, then pkg-2, pkg-3, … in the order
+// they are built (name them, with grpcmw.Client or httpmw.Client, for
+// series that stay the same across restarts).
+func ClientName(pkg, name string) string {
+	if name != "" {
+		return name
+	}
+	n, _ := clients.LoadOrStore(pkg, new(atomic.Int64))
+	if k := n.(*atomic.Int64).Add(1); k > 1 {
+		return fmt.Sprintf("%s-%d", pkg, k)
+	}
+	return pkg
+}
+
 // observe reports the policies of chain c, key key, that are not in seen.
-func observe(o metric.Observer, key string, c *chain.Chain, seen map[chain.Policy]bool, state, bcalls, rejections metric.Int64Observable,
+func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.Chain, seen map[chain.Policy]bool, state, bcalls, rejections metric.Int64Observable,
 	tvalue metric.Float64Observable, retries, exhausted metric.Int64Observable, tokens metric.Float64Observable) {
 	keyAttr := attribute.String("callguard.key", key)
 	for i, p := range adapter.Flatten(c) {
@@ -195,26 +220,26 @@ func observe(o metric.Observer, key string, c *chain.Chain, seen map[chain.Polic
 		case *breaker.Breaker:
 			name := attribute.String("callguard.breaker.name", v.Settings().Name)
 			st := map[breaker.State]int64{breaker.StateClosed: 0, breaker.StateHalfOpen: 1, breaker.StateOpen: 2}[v.State()]
-			o.ObserveInt64(state, st, metric.WithAttributes(keyAttr, name, policy,
+			o.ObserveInt64(state, st, metric.WithAttributes(client, keyAttr, name, policy,
 				attribute.String("callguard.breaker.override", v.Override().String())))
 			cn := v.Counts()
 			for outcome, n := range map[string]uint64{"success": cn.Successes, "failure": cn.Failures, "neutral": cn.Neutral, "slow": cn.SlowUnanswered} {
-				o.ObserveInt64(bcalls, int64(n), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.outcome", outcome)))
+				o.ObserveInt64(bcalls, int64(n), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.outcome", outcome)))
 			}
-			o.ObserveInt64(rejections, int64(cn.RejectedOpen), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.reason", "open")))
-			o.ObserveInt64(rejections, int64(cn.RejectedProbes), metric.WithAttributes(keyAttr, name, policy, attribute.String("callguard.reason", "probes")))
+			o.ObserveInt64(rejections, int64(cn.RejectedOpen), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.reason", "open")))
+			o.ObserveInt64(rejections, int64(cn.RejectedProbes), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.reason", "probes")))
 		case *timeout.Policy:
-			o.ObserveFloat64(tvalue, v.Timeout().Seconds(), metric.WithAttributes(keyAttr, policy,
+			o.ObserveFloat64(tvalue, v.Timeout().Seconds(), metric.WithAttributes(client, keyAttr, policy,
 				attribute.Bool("callguard.timeout.adaptive", bridge.TimeoutOf(v).Adaptive)))
 		case *retry.Policy:
 			x := bridge.RetryOf(v)
 			n, gaveUp := x.Retries()
-			o.ObserveInt64(retries, int64(n), metric.WithAttributes(keyAttr, policy))
+			o.ObserveInt64(retries, int64(n), metric.WithAttributes(client, keyAttr, policy))
 			for reason, m := range gaveUp {
-				o.ObserveInt64(exhausted, int64(m), metric.WithAttributes(keyAttr, policy, attribute.String("callguard.reason", reason)))
+				o.ObserveInt64(exhausted, int64(m), metric.WithAttributes(client, keyAttr, policy, attribute.String("callguard.reason", reason)))
 			}
 			if level, ok := x.BudgetTokens(); ok {
-				o.ObserveFloat64(tokens, level, metric.WithAttributes(keyAttr, policy))
+				o.ObserveFloat64(tokens, level, metric.WithAttributes(client, keyAttr, policy))
 			}
 		}
 	}
@@ -244,6 +269,7 @@ func (t *T) Call(key, target string, outcome Outcome, attempts int) {
 		t.mu.Lock()
 		if opt, ok = t.sets[k]; !ok {
 			opt = &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(
+				t.client,
 				attribute.String("callguard.key", k.key),
 				attribute.String(t.targetAttr, k.target),
 				attribute.String("callguard.outcome", string(outcome)),
@@ -268,7 +294,7 @@ func (t *T) Watcher(key string, fn func(breaker.StateChange)) func(breaker.State
 	}
 	return func(sc breaker.StateChange) {
 		if t.transitions != nil {
-			t.transitions.Add(context.Background(), 1, metric.WithAttributes(
+			t.transitions.Add(context.Background(), 1, metric.WithAttributes(t.client,
 				attribute.String("callguard.key", key), attribute.String("callguard.breaker.name", sc.Name),
 				attribute.String("callguard.from", sc.From.String()), attribute.String("callguard.to", sc.To.String())))
 		}
@@ -313,7 +339,7 @@ func (t *T) Evicted(fn func(key string)) func(key string) {
 	}
 	return func(key string) {
 		if t.evictions != nil {
-			t.evictions.Add(context.Background(), 1)
+			t.evictions.Add(context.Background(), 1, metric.WithAttributes(t.client))
 		}
 		if t.log != nil {
 			t.log.Info("callguard: key evicted", "adapter", t.pkg, "key", key)

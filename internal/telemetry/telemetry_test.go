@@ -15,7 +15,7 @@ import (
 // counted under "(other)", and none is lost.
 func TestSeriesBounded(t *testing.T) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
-	tel, err := New("httpmw", "server.address", mp, nil, func(func(string, *chain.Chain)) {})
+	tel, err := New("httpmw", "test", "server.address", mp, nil, func(func(string, *chain.Chain)) {})
 	if err != nil {
 		t.Fatal(err)
 	}
