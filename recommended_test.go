@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/preset"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
@@ -31,6 +32,9 @@ func TestRecommendedChainsAreClean(t *testing.T) {
 		t.Errorf("README's chain: %v", err)
 	} else if fs := c.Findings(); len(fs) != 0 {
 		t.Errorf("README's chain: %d findings, want none (the README loops over them; an info on the recommended chain is noise): %v", len(fs), fs)
+	} else if p, err := preset.Chain(preset.Settings{}, grpcmw.Overloaded); err != nil || p.String() != c.String() {
+		// what Standard builds is what README's long form says it builds
+		t.Errorf("preset.Chain = %v, %v; README's long form %v", p, err, c)
 	}
 	// README's per-client chain for HTTP: the same with httpmw's refusals.
 	hb, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2, IsExcluded: httpmw.Overloaded})

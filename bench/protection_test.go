@@ -18,6 +18,7 @@ import (
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/preset"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/throttle"
 	"github.com/callguard/callguard/timeout"
@@ -494,5 +495,26 @@ func TestProtection(t *testing.T) {
 	fmt.Print(sweep.tables())
 	if *writeDocs {
 		sweep.write(t)
+	}
+}
+
+// TestRecommendedIsThePreset: the benchmark's callguard stack is the chain
+// preset.Chain builds (what httpmw.Standard and grpcmw.Standard run), so
+// that docs/protection.md measures what a user of the preset gets.
+func TestRecommendedIsThePreset(t *testing.T) {
+	st, err := recommended.stack(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, ok := st.(*chain.Chain)
+	if !ok {
+		t.Fatalf("the recommended stack is a %T, want a *chain.Chain", st)
+	}
+	p, err := preset.Chain(preset.Settings{}, func(err error) bool { return errors.Is(err, scenario.ErrOverloaded) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.String() != p.String() {
+		t.Errorf("the benchmark's recommended chain\n  %v\nthe preset's\n  %v", c, p)
 	}
 }

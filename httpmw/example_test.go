@@ -13,6 +13,7 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/httpmw"
+	"github.com/callguard/callguard/preset"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
@@ -74,4 +75,34 @@ func ExampleRespond() {
 	body, _ := io.ReadAll(resp.Body)
 	fmt.Println(resp.StatusCode, string(body))
 	// Output: 200 stale
+}
+
+// The one-call setup: callguard's recommended chain, one per host.
+func ExampleStandard() {
+	calls := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls++
+		if calls == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // the first attempt fails
+			return
+		}
+		fmt.Fprint(w, "hello")
+	}))
+	defer srv.Close()
+
+	tr, err := httpmw.Standard(http.DefaultTransport, preset.Settings{Backoff: 10 * time.Millisecond})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: tr}
+	resp, err := client.Get(srv.URL)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(body), "after", calls, "attempts;", len(tr.Breakers()), "host's chain")
+	// Output: 200 hello after 2 attempts; 1 host's chain
 }

@@ -1,0 +1,42 @@
+package grpcmw_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/preset"
+	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// TestStandard: the preset keeps a recommended chain per method, which
+// retries a declared idempotent method and trips on a failing downstream;
+// a bad setting is an error at construction.
+func TestStandard(t *testing.T) {
+	ic, err := grpcmw.Standard(preset.Settings{Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
+		grpcmw.Idempotent(healthpb.Health_Check_FullMethodName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, client := server(t, func(int64, string) testserver.GRPCAnswer {
+		return testserver.GRPCAnswer{Code: codes.Unavailable}
+	}, ic.DialOptions()...)
+	for range 4 {
+		_ = check(context.Background(), client)
+	}
+	snaps := ic.Breakers()
+	if len(snaps) != 1 || snaps[0].Key != healthpb.Health_Check_FullMethodName || snaps[0].State != breaker.StateOpen {
+		t.Errorf("breakers %+v, want the Check method's, open", snaps)
+	}
+	if n := srv.Received.Load(); n != 10 {
+		t.Errorf("the server received %d calls, want 10: 3 attempts a call until 10 in a row trip the breaker", n)
+	}
+	if _, err := grpcmw.Standard(preset.Settings{OpenTimeout: -time.Second}); err == nil || !strings.Contains(err.Error(), "OpenTimeout") {
+		t.Errorf("Standard with OpenTimeout -1s: %v, want an error naming it", err)
+	}
+}

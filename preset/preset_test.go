@@ -1,0 +1,89 @@
+package preset_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/preset"
+)
+
+var errOverloaded = errors.New("overloaded")
+
+func overloaded(err error) bool { return errors.Is(err, errOverloaded) }
+
+// TestRecommended: the zero Settings give the recommended chain, retry →
+// limit → breaker → adaptive attempt timeout, and it draws no finding;
+// the hedging variant adds a hedge and a retry budget and passes the
+// strict lint.
+func TestRecommended(t *testing.T) {
+	c, err := preset.Chain(preset.Settings{}, overloaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fs := c.Findings(); len(fs) != 0 {
+		t.Errorf("findings %v, want none", fs)
+	}
+	s := c.String()
+	for _, want := range []string{"retry(3)", "limit(Gradient2", "open 1s, 2 of 3 probes", "timeout(adaptive"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("chain %s: no %q", s, want)
+		}
+	}
+	if i, j := strings.Index(s, "retry("), strings.Index(s, "breaker("); i < 0 || j < i {
+		t.Errorf("chain %s: want the retry outside the breaker", s)
+	}
+	h, err := preset.Chain(preset.Settings{Hedge: true}, overloaded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := h.String(); !strings.Contains(s, "hedge(") {
+		t.Errorf("the hedging variant %s: no hedge", s)
+	}
+	for _, f := range h.Findings() {
+		if f.Severity != chain.SeverityInfo {
+			t.Errorf("the hedging variant: %v, want infos at most", f)
+		}
+	}
+}
+
+// TestSettingsReachThePolicies: a tuned setting changes the chain, and the
+// others keep their recommended values.
+func TestSettingsReachThePolicies(t *testing.T) {
+	c, err := preset.Chain(preset.Settings{Attempts: 5, OpenTimeout: 2 * time.Second, HalfOpenSuccesses: 3, NoLimit: true, Name: "catalog"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.String()
+	for _, want := range []string{"retry(5)", "open 2s", "catalog"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("chain %s: no %q", s, want)
+		}
+	}
+	if strings.Contains(s, "limit(") {
+		t.Errorf("chain %s: NoLimit kept the limit", s)
+	}
+}
+
+// TestInvalidSettingsNamed: a bad setting is an error at construction
+// that names it.
+func TestInvalidSettingsNamed(t *testing.T) {
+	for _, tc := range []struct {
+		s    preset.Settings
+		name string
+	}{
+		{preset.Settings{Attempts: -1}, "Attempts"},
+		{preset.Settings{Backoff: -time.Second}, "Backoff"},
+		{preset.Settings{AttemptTimeout: -time.Second}, "AttemptTimeout"},
+		{preset.Settings{OpenTimeout: -time.Second}, "OpenTimeout"},
+		{preset.Settings{HalfOpenSuccesses: 5}, "HalfOpenSuccesses"},
+		{preset.Settings{Hedge: true, RetryBudget: -1}, "RetryBudget"},
+		{preset.Settings{Hedge: true, HedgeDelay: -time.Second}, "HedgeDelay"},
+	} {
+		if _, err := preset.Chain(tc.s, nil); err == nil || !strings.Contains(err.Error(), tc.name) {
+			t.Errorf("%+v: %v, want an error naming %s", tc.s, err, tc.name)
+		}
+	}
+}
