@@ -36,11 +36,15 @@
 // of the pool) is the client's wait, neutral to breakers. docs/attempts.md
 // states the invariants.
 //
-// A local rejection (a throttle, a limiter or a bulkhead refused the
-// request before it was sent: callguard.ErrRejected) is answered with a
-// 503 Service Unavailable marked [RejectedHeader], as a server shedding
-// load would answer; a rejection after an attempt was sent (a retry
-// refused) gives the caller that attempt's response.
+// A rejection before any attempt was sent — a breaker open
+// (breaker.ErrOpen), or a throttle, a limiter or a bulkhead refusing the
+// request (callguard.ErrRejected) — is an error from RoundTrip, one shape
+// for both: nothing reached the server, and a synthetic 503 would look
+// like the downstream's own to a retry layer or a proxy above.
+// [RejectionResponses] answers both with a 503 marked [RejectedHeader]
+// instead; [OnOpen] answers a breaker's rejection in a way of its own. A
+// rejection after an attempt was sent (a retry refused) gives the caller
+// that attempt's response.
 //
 // # What is a failure
 //

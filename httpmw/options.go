@@ -33,6 +33,7 @@ type config struct {
 	onEvict          func(key string)
 	meter            metric.MeterProvider
 	client           string // Client
+	asResponses      bool   // RejectionResponses
 	logger           *slog.Logger
 }
 
@@ -60,6 +61,22 @@ func FailureIf(fn func(resp *http.Response, err error) bool) Option {
 			c.failure = fn
 		}
 	})
+}
+
+// RejectionResponses answers a request the chain refused before any
+// attempt was sent — a breaker open, or a throttle, a limiter or a
+// bulkhead refusing it — with a 503 Service Unavailable marked
+// [RejectedHeader], as a server shedding load answers, instead of an
+// error. Without it (the default), RoundTrip returns the rejection as an
+// error, which http.Client wraps in a *url.Error: errors.Is(err,
+// breaker.ErrOpen) or errors.Is(err, callguard.ErrRejected) tells it from
+// the downstream's own answers, and nothing reached the server. The
+// default is an error because a synthetic 503 looks like the
+// downstream's: a retry layer above, or a proxy passing it on, would take
+// it for one. [OnOpen] answers a breaker's rejection in its own way,
+// either way.
+func RejectionResponses() Option {
+	return optionFunc(func(c *config) { c.asResponses = true })
 }
 
 // OnOpen answers a request that the breaker rejects before any attempt

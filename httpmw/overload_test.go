@@ -3,6 +3,8 @@ package httpmw_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/callguard/callguard"
 	"io"
 	"net/http"
 	"strings"
@@ -21,38 +23,69 @@ import (
 	"github.com/callguard/callguard/timeout"
 )
 
-// TestRejectedIs503: a bulkhead of one slot and no queue refuses a second
-// request while the first runs: the caller gets a 503 marked
-// RejectedHeader, and the server sees one request.
-func TestRejectedIs503(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		bh := must(limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 1}))
-		srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
-			return testserver.HTTPAnswer{Body: "ok", Delay: 100 * time.Millisecond}
-		}, must(chain.New(bh)))
-		first := make(chan error)
-		go func() {
-			resp, err := client.Get(srv.URL)
-			if err == nil {
-				resp.Body.Close()
-			}
-			first <- err
-		}()
-		time.Sleep(10 * time.Millisecond)
-		resp, err := client.Get(srv.URL)
-		if err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get(httpmw.RejectedHeader), "limit") {
-			t.Errorf("second request: %v, %v; want a 503 marked %s", resp, err, httpmw.RejectedHeader)
-		}
-		if err == nil {
-			resp.Body.Close()
-		}
-		if err := <-first; err != nil {
-			t.Error(err)
-		}
-		if n := srv.Received.Load(); n != 1 {
-			t.Errorf("server received %d requests; want 1", n)
-		}
-	})
+// TestRejectionShape: a bulkhead of one slot and no queue refuses a
+// second request while the first runs, and an open breaker refuses one
+// before it is sent: by default, each is an error from the client that
+// matches callguard.ErrRejected or breaker.ErrOpen; with
+// RejectionResponses, each is a 503 marked RejectedHeader. Either way the
+// server sees only the first request.
+func TestRejectionShape(t *testing.T) {
+	for _, asResponses := range []bool{false, true} {
+		t.Run(fmt.Sprintf("RejectionResponses=%t", asResponses), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var opts []httpmw.Option
+				if asResponses {
+					opts = append(opts, httpmw.RejectionResponses())
+				}
+				bh := must(limit.NewBulkhead(limit.BulkheadSettings{MaxConcurrent: 1}))
+				b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 1, OpenTimeout: time.Hour}))
+				srv, client := newVirtual(t, func(int64, *http.Request, []byte) testserver.HTTPAnswer {
+					return testserver.HTTPAnswer{Body: "ok", Delay: 100 * time.Millisecond}
+				}, must(chain.New(bh, b)), opts...)
+				first := make(chan error)
+				go func() {
+					resp, err := client.Get(srv.URL)
+					if err == nil {
+						resp.Body.Close()
+					}
+					first <- err
+				}()
+				time.Sleep(10 * time.Millisecond)
+				b.ForceOpen()
+				for _, tc := range []struct {
+					what, mark string
+					is         error
+				}{{"the bulkhead's", "limit", callguard.ErrRejected}} {
+					resp, err := client.Get(srv.URL)
+					switch {
+					case asResponses && (err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get(httpmw.RejectedHeader), tc.mark)):
+						t.Errorf("%s rejection: %v, %v; want a 503 marked %s", tc.what, resp, err, httpmw.RejectedHeader)
+					case !asResponses && !errors.Is(err, tc.is):
+						t.Errorf("%s rejection: %v, %v; want an error matching %v", tc.what, resp, err, tc.is)
+					}
+					if err == nil {
+						resp.Body.Close()
+					}
+				}
+				if err := <-first; err != nil {
+					t.Error(err)
+				}
+				resp, err := client.Get(srv.URL) // the bulkhead is free, the breaker forced open
+				switch {
+				case asResponses && (err != nil || resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(resp.Header.Get(httpmw.RejectedHeader), "open")):
+					t.Errorf("the breaker's rejection: %v, %v; want a 503 marked %s", resp, err, httpmw.RejectedHeader)
+				case !asResponses && !errors.Is(err, breaker.ErrOpen):
+					t.Errorf("the breaker's rejection: %v, %v; want an error matching breaker.ErrOpen", resp, err)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+				if n := srv.Received.Load(); n != 1 {
+					t.Errorf("server received %d requests; want 1", n)
+				}
+			})
+		})
+	}
 }
 
 // TestHedgedGET: the server's first answer takes 1 s, the next 10 ms; a

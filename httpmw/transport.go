@@ -289,7 +289,7 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	if started == 0 && errors.Is(err, breaker.ErrOpen) && t.cfg.onOpen != nil {
 		return t.cfg.onOpen(req, err)
 	}
-	if started == 0 && errors.Is(err, callguard.ErrRejected) {
+	if started == 0 && t.cfg.asResponses && (errors.Is(err, callguard.ErrRejected) || errors.Is(err, breaker.ErrOpen)) {
 		return rejected(req, err), nil
 	}
 	if err == nil {
@@ -339,14 +339,15 @@ func closeBody(req *http.Request) {
 	}
 }
 
-// RejectedHeader is set on the 503 answer that stands for a local
-// rejection: a throttle, a limiter or a bulkhead of the chain refused the
-// request before it was sent (its value says which and why).
+// RejectedHeader is set on the 503 answer that stands for a rejection
+// with [RejectionResponses]: a breaker, a throttle, a limiter or a
+// bulkhead of the chain refused the request before it was sent (its
+// value is the rejection's message, which says which and why).
 const RejectedHeader = "Callguard-Rejected"
 
-// rejected is the answer to a request the chain refused locally (err
-// matches callguard.ErrRejected): 503 Service Unavailable, as a server
-// that sheds load answers, marked with RejectedHeader.
+// rejected is the answer, with RejectionResponses, to a request the chain
+// refused before any attempt was sent: 503 Service Unavailable, as a
+// server that sheds load answers, marked with RejectedHeader.
 func rejected(req *http.Request, err error) *http.Response {
 	h := http.Header{}
 	h.Set(RejectedHeader, err.Error())
