@@ -10,7 +10,7 @@ import (
 
 // coreRequires are the modules the core module may require directly: what
 // its packages build on, and, for its own tests only, the OpenTelemetry
-// SDK's metric reader and goleak (a test dependency reaches a user's
+// SDK's metric reader and span recorder, and goleak (a test dependency reaches a user's
 // module graph, never a user's build). Anything heavier belongs in a
 // module of its own, as Redis-shared breakers are (shared/).
 var coreRequires = []string{
@@ -18,10 +18,12 @@ var coreRequires = []string{
 	"github.com/sony/gobreaker/v2",
 	"go.opentelemetry.io/otel",
 	"go.opentelemetry.io/otel/metric",
+	"go.opentelemetry.io/otel/trace",
 	"go.yaml.in/yaml/v3",
 	"google.golang.org/grpc",
 	"google.golang.org/protobuf",
 	// tests only
+	"go.opentelemetry.io/otel/sdk",
 	"go.opentelemetry.io/otel/sdk/metric",
 	"go.uber.org/goleak",
 }

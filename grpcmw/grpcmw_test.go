@@ -606,6 +606,7 @@ func TestInvalidOptionsNamed(t *testing.T) {
 		"Classify":     grpcmw.Classify(nil),
 		"StreamBuffer": grpcmw.StreamBuffer(-1, 0),
 		"Client":       grpcmw.Client(""),
+		"Tracing":      grpcmw.Tracing(nil),
 	} {
 		if ic, err := grpcmw.NewInterceptors(nil, o); ic != nil || err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: NewInterceptors = %v, %v; want an error naming it", name, ic, err)

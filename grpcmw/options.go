@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/internal/keyed"
 	"github.com/callguard/callguard/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -39,7 +40,8 @@ type config struct {
 	readyProbes      bool
 	fromHeader       bool // JudgeFromHeader
 	meter            metric.MeterProvider
-	client           string // Client
+	client           string             // Client
+	tracing          *telemetry.Tracing // Tracing
 	logger           *slog.Logger
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
@@ -219,6 +221,25 @@ func Client(name string) Option {
 			return
 		}
 		c.client = name
+	})
+}
+
+// Tracing makes each attempt of a unary call a span of tp's, a child of
+// the caller's span (with otelgrpc's stats handler beneath, its client
+// span is the attempt span's child): callguard.attempt, with
+// callguard.attempt (from 1), rpc.method, callguard.hedge and, from the
+// second attempt, grpc.previous-rpc-attempts (gRFC A72's), its status an
+// error when the attempt failed. On the caller's span, an attempt after
+// the first is the event callguard.retry or callguard.hedge, a rejection
+// the event callguard.rejected (callguard.rejected.by breaker or limit,
+// callguard.reason), and the call's end the attributes callguard.attempts
+// and callguard.outcome. Streams are not traced per attempt. Through the
+// OpenTelemetry trace API only; see docs/observability.md.
+func Tracing(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Tracing", tp == nil) {
+			c.tracing = telemetry.NewTracing(tp, "rpc.method", "grpc.previous-rpc-attempts")
+		}
 	})
 }
 

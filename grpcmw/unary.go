@@ -76,8 +76,10 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		attempts, _, _ := u.call.Close()
 		err = u.settle(err)
 		err = toStatus(ctx, err, u.answer)
-		if cfg.tel != nil {
-			cfg.tel.Call(key, method, telemetry.Classify(ctx, err), attempts)
+		if cfg.tel != nil || cfg.tracing != nil {
+			outcome := telemetry.Classify(ctx, err)
+			cfg.tel.Call(key, method, outcome, attempts)
+			cfg.tracing.Ended(ctx, outcome, attempts, err)
 		}
 		return err
 	}
@@ -113,12 +115,17 @@ type unaryCall struct {
 // the caller's reply and call options; one beside another (a hedge) fills
 // a hedgeOut, which settle copies to the caller if it won. A method not
 // declared idempotent never has two attempts in flight.
-func (u *unaryCall) attempt(ctx context.Context) error {
+func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	a, err := u.call.Begin(u.idempotent)
 	if err != nil {
 		return err // refused before sending
 	}
 	defer a.Finish()
+	if tr := u.cfg.tracing; tr != nil {
+		var end func(error)
+		ctx, end = tr.Attempt(ctx, u.method, a.N, a.Alone)
+		defer func() { end(err) }()
+	}
 	reply, opts, trailer := u.reply, u.opts, &u.trailer
 	var out *hedgeOut
 	if a.Alone && (!u.p.ownReplies || u.replyType == nil) {

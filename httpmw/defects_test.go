@@ -454,6 +454,7 @@ func TestInvalidOptionsAtConstruction(t *testing.T) {
 		{httpmw.FailureIf(nil), "FailureIf"},
 		{httpmw.OnStateChange(nil), "OnStateChange"},
 		{httpmw.Client(""), "Client"},
+		{httpmw.Tracing(nil), "Tracing"},
 	} {
 		if _, err := httpmw.New(nil, c, tc.opt); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("New with an invalid %s: %v, want an error naming it", tc.name, err)

@@ -52,12 +52,17 @@ var errNoReplay = breaker.Neutral(retry.Permanent(errors.New("httpmw: the reques
 // each sends its own copy of the body (GetBody); the first success is
 // kept, any later answer drained and closed; the caller gets the last
 // failure when none succeeds. Others run one at a time.
-func (x *exchange) attempt(actx context.Context) error {
+func (x *exchange) attempt(actx context.Context) (err error) {
 	a, err := x.call.Begin(x.mayRetry)
 	if err != nil {
 		return err // refused before sending
 	}
 	defer a.Finish()
+	if tr := x.t.cfg.tracing; tr != nil {
+		var end func(error)
+		actx, end = tr.Attempt(actx, x.req.URL.Host, a.N, a.Alone)
+		defer func() { end(err) }()
+	}
 	if a.N > 1 && !replayable(x.req) {
 		// Also against a policy that retries a Permanent error: the body
 		// was sent and is gone.

@@ -9,7 +9,9 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/internal/adapter"
 	"github.com/callguard/callguard/internal/keyed"
+	"github.com/callguard/callguard/internal/telemetry"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Option configures a transport.
@@ -32,8 +34,9 @@ type config struct {
 	onChange         func(breaker.StateChange)
 	onEvict          func(key string)
 	meter            metric.MeterProvider
-	client           string // Client
-	asResponses      bool   // RejectionResponses
+	client           string             // Client
+	asResponses      bool               // RejectionResponses
+	tracing          *telemetry.Tracing // Tracing
 	logger           *slog.Logger
 }
 
@@ -128,6 +131,25 @@ func Client(name string) Option {
 			return
 		}
 		c.client = name
+	})
+}
+
+// Tracing makes each attempt of a request a span of tp's, a child of the
+// caller's span (with an instrumented base beneath, otelhttp's
+// NewTransport, its client span is the attempt span's child):
+// callguard.attempt, with callguard.attempt (from 1), server.address,
+// callguard.hedge and, from the second attempt, http.request.resend_count,
+// its status an error when the attempt failed. On the caller's span, an
+// attempt after the first is the event callguard.retry or callguard.hedge,
+// a rejection the event callguard.rejected (callguard.rejected.by breaker
+// or limit, callguard.reason), and the request's end the attributes
+// callguard.attempts and callguard.outcome. Through the OpenTelemetry
+// trace API only; see docs/observability.md.
+func Tracing(tp trace.TracerProvider) Option {
+	return optionFunc(func(c *config) {
+		if c.Func("Tracing", tp == nil) {
+			c.tracing = telemetry.NewTracing(tp, "server.address", "http.request.resend_count")
+		}
 	})
 }
 

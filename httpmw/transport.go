@@ -187,15 +187,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	var attempts int
 	resp, err := t.roundTrip(req, p, &attempts)
-	if t.tel != nil {
-		t.count(req, key, resp, err, attempts)
+	if t.tel != nil || t.cfg.tracing != nil {
+		outcome := t.outcome(req, resp, err)
+		t.tel.Call(key, req.URL.Host, outcome, attempts)
+		t.cfg.tracing.Ended(req.Context(), outcome, attempts, err)
 	}
 	return resp, err
 }
 
-// count counts a request through the chain of key that ended with resp,
-// err.
-func (t *Transport) count(req *http.Request, key string, resp *http.Response, err error, attempts int) {
+// outcome is how a request that ended with resp, err went, for the
+// metrics and the caller's span.
+func (t *Transport) outcome(req *http.Request, resp *http.Response, err error) telemetry.Outcome {
 	outcome := telemetry.Classify(req.Context(), err)
 	switch {
 	case err != nil:
@@ -206,7 +208,7 @@ func (t *Transport) count(req *http.Request, key string, resp *http.Response, er
 	case t.cfg.failure(resp, nil):
 		outcome = telemetry.Failed
 	}
-	t.tel.Call(key, req.URL.Host, outcome, attempts)
+	return outcome
 }
 
 func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*http.Response, error) {

@@ -1,0 +1,66 @@
+package grpcmw_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"google.golang.org/grpc/codes"
+)
+
+// TestTracing: a unary call whose first attempt fails Unavailable and
+// whose retry succeeds is two attempt spans under the caller's, the second
+// with grpc.previous-rpc-attempts 1 (gRFC A72's), and a callguard.retry
+// event on the caller's span; read back through the SDK's recorder.
+func TestTracing(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Hour}))
+	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), b, must(timeout.New(time.Second))))
+	_, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
+		if n == 1 {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	}, must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.Tracing(tp))).DialOptions()...)
+	ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
+	if err := check(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	span.End()
+	var attempts []sdktrace.ReadOnlySpan
+	var caller sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		switch s.Name() {
+		case "callguard.attempt":
+			attempts = append(attempts, s)
+		case "caller":
+			caller = s
+		}
+	}
+	if len(attempts) != 2 || caller == nil {
+		t.Fatalf("%d attempt spans, caller %v; want 2 and the caller's", len(attempts), caller)
+	}
+	for i, a := range attempts {
+		prev, set := int64(-1), false
+		for _, kv := range a.Attributes() {
+			if kv.Key == "grpc.previous-rpc-attempts" {
+				prev, set = kv.Value.AsInt64(), true
+			}
+		}
+		if a.Parent().SpanID() != caller.SpanContext().SpanID() || (i == 0) == set || (set && prev != 1) {
+			t.Errorf("attempt %d: parent %v (caller %v), grpc.previous-rpc-attempts %d (set %t)", i+1, a.Parent().SpanID(), caller.SpanContext().SpanID(), prev, set)
+		}
+	}
+	if ev := caller.Events(); len(ev) != 1 || ev[0].Name != "callguard.retry" {
+		t.Errorf("caller's events %v, want one callguard.retry", ev)
+	}
+}
