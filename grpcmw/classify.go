@@ -146,6 +146,19 @@ func (e *statusError) Error() string              { return e.st.Err().Error() }
 func (e *statusError) GRPCStatus() *status.Status { return e.st }
 func (e *statusError) Unwrap() error              { return e.err }
 
+// toStatus is the package's toStatus, with the code a rejection before
+// any attempt carries replaced by RejectionCode's.
+func (cfg *config) toStatus(callerCtx context.Context, err, answer error) error {
+	out := toStatus(callerCtx, err, answer)
+	if cfg.rejectionCode == nil || out == nil || callerCtx.Err() != nil {
+		return out
+	}
+	if errors.Is(err, callguard.ErrRejected) || (errors.Is(err, breaker.ErrOpen) && answer == nil) {
+		return &statusError{status.New(*cfg.rejectionCode, err.Error()), err}
+	}
+	return out
+}
+
 // toStatus maps the chain's result to what a gRPC caller expects. answer
 // is the downstream's last answer (the last attempt's own error), if an
 // attempt was made: when the breaker ended the retries after one, the caller
@@ -172,6 +185,9 @@ func toStatus(callerCtx context.Context, err, answer error) error {
 			return &statusError{status.Convert(answer), err}
 		}
 		return &statusError{status.New(codes.Unavailable, err.Error()), err}
+	}
+	if errors.As(err, new(creationCut)) {
+		return &statusError{unavailableCreation(err), err}
 	}
 	if timeout.Expired(err) {
 		return &statusError{status.New(codes.DeadlineExceeded, err.Error()), err}

@@ -42,6 +42,7 @@ type config struct {
 	meter            metric.MeterProvider
 	client           string             // Client
 	tracing          *telemetry.Tracing // Tracing
+	rejectionCode    *codes.Code        // RejectionCode
 	logger           *slog.Logger
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
@@ -221,6 +222,28 @@ func Client(name string) Option {
 			return
 		}
 		c.client = name
+	})
+}
+
+// RejectionCode sets the status code of a call the chain refused before
+// any attempt reached the downstream — a breaker open, or a throttle, a
+// limiter or a bulkhead refusing it — in place of the defaults,
+// codes.Unavailable for a breaker and codes.ResourceExhausted for the
+// others. errors.Is(err, breaker.ErrOpen) and errors.Is(err,
+// callguard.ErrRejected) still tell them apart. It is for a client
+// library with a retry of its own above the interceptors, which retries
+// Unavailable until its deadline and so turns a breaker's fail-fast into
+// a wait: give it a code that library does not retry (docs/grpc.md,
+// "Client libraries with their own retry"). A breaker that ends the
+// retries after an attempt reached the downstream gives the caller that
+// attempt's status, as without it.
+func RejectionCode(code codes.Code) Option {
+	return optionFunc(func(c *config) {
+		if code == codes.OK {
+			c.Fail("RejectionCode(OK): a rejection is not a success; pick a failing code")
+			return
+		}
+		c.rejectionCode = &code
 	})
 }
 

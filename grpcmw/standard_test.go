@@ -2,6 +2,9 @@ package grpcmw_test
 
 import (
 	"context"
+	"errors"
+	"github.com/callguard/callguard/chain"
+	"google.golang.org/grpc/status"
 	"strings"
 	"testing"
 	"time"
@@ -38,5 +41,31 @@ func TestStandard(t *testing.T) {
 	}
 	if _, err := grpcmw.Standard(preset.Settings{OpenTimeout: -time.Second}); err == nil || !strings.Contains(err.Error(), "OpenTimeout") {
 		t.Errorf("Standard with OpenTimeout -1s: %v, want an error naming it", err)
+	}
+}
+
+// TestRejectionCode: with RejectionCode, a call an open breaker refuses
+// before any attempt carries the code given instead of Unavailable, still
+// matching breaker.ErrOpen, and the server sees no call; without it,
+// Unavailable.
+func TestRejectionCode(t *testing.T) {
+	for _, tc := range []struct {
+		opts []grpcmw.Option
+		want codes.Code
+	}{
+		{nil, codes.Unavailable},
+		{[]grpcmw.Option{grpcmw.RejectionCode(codes.FailedPrecondition)}, codes.FailedPrecondition},
+	} {
+		b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))
+		b.ForceOpen()
+		ic := must(grpcmw.NewInterceptors(must(chain.New(b)), tc.opts...))
+		srv, client := server(t, func(int64, string) testserver.GRPCAnswer { return testserver.GRPCAnswer{} }, ic.DialOptions()...)
+		err := check(context.Background(), client)
+		if status.Code(err) != tc.want || !errors.Is(err, breaker.ErrOpen) || srv.Received.Load() != 0 {
+			t.Errorf("%v: code %v, ErrOpen %t, %d calls received; want %v, ErrOpen, none", err, status.Code(err), errors.Is(err, breaker.ErrOpen), srv.Received.Load(), tc.want)
+		}
+	}
+	if _, err := grpcmw.NewInterceptors(nil, grpcmw.RejectionCode(codes.OK)); err == nil || !strings.Contains(err.Error(), "RejectionCode") {
+		t.Errorf("RejectionCode(OK): %v, want an error naming it", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/metadata"
@@ -75,7 +76,7 @@ func (s *stream) retryLocked(a *attempt, err error, m any) error {
 		return io.EOF
 	}
 	s.finishLocked(err)
-	return toStatus(s.ctx, err, s.answer)
+	return s.cfg.toStatus(s.ctx, err, s.answer)
 }
 
 // unlockedRetry runs retry, which must not hold s.mu (it waits), with the
@@ -290,6 +291,11 @@ func (s *stream) replay(a *attempt, cs grpc.ClientStream, sent []any, closedSend
 // should see. trailer is a's, if it made a stream that ended.
 func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv bool) error {
 	err = s.timedOut(a, err)
+	if a.cs == nil && timeout.Expired(err) && s.ctx.Err() == nil {
+		// The chain's timeout ended the creation: no stream had been
+		// made, the attempt was still waiting for a connection.
+		err = creationCut{err}
+	}
 	s.answer = answerOf(err)
 	s.lastErr = err
 	s.endLocked(a, err)

@@ -68,6 +68,9 @@ func (s *stream) timedOut(a *attempt, err error) error {
 // for one the chain's timeout ended (which cancels the attempt's context,
 // so grpc-go reports Canceled), as when the retries run out.
 func answerOf(err error) error {
+	if errors.As(err, new(creationCut)) {
+		return &statusError{unavailableCreation(err), err}
+	}
 	var te *timeout.Error
 	if errors.As(err, &te) {
 		return &statusError{status.New(codes.DeadlineExceeded, (&timeout.Error{Timeout: te.Timeout}).Error()), err}
@@ -218,4 +221,22 @@ func (s *stream) finishLocked(err error) {
 	if s.cur != nil {
 		s.endLocked(s.cur, err)
 	}
+}
+
+// creationCut is the error of a stream attempt whose creation the chain's
+// timeout ended while the caller's context lived: grpc-go had made no
+// stream yet, so the attempt was waiting for a connection (a caller's
+// grpc.WaitForReady, a probe's). The caller is told Unavailable, not
+// DeadlineExceeded: its own deadline has not passed, and the downstream
+// was not reachable within the chain's time — a status a client library
+// with its own retry (etcd's clientv3, for its Watch streams) takes as
+// transient, where DeadlineExceeded ends the stream for good. The chain's
+// retry and breakers see the timeout as before (it unwraps to it).
+type creationCut struct{ error }
+
+func (e creationCut) Unwrap() error { return e.error }
+
+// unavailableCreation is the status of a creationCut.
+func unavailableCreation(err error) *status.Status {
+	return status.New(codes.Unavailable, "grpcmw: the chain's timeout ended the stream's creation while it waited for a connection: "+err.Error())
 }

@@ -75,7 +75,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		// is dropped when it answers.
 		attempts, _, _ := u.call.Close()
 		err = u.settle(err)
-		err = toStatus(ctx, err, u.answer)
+		err = cfg.toStatus(ctx, err, u.answer)
 		if cfg.tel != nil || cfg.tracing != nil {
 			outcome := telemetry.Classify(ctx, err)
 			cfg.tel.Call(key, method, outcome, attempts)
