@@ -225,8 +225,8 @@ func Client(name string) Option {
 	})
 }
 
-// RejectionCode sets the status code of a call the chain refused before
-// any attempt reached the downstream — a breaker open, or a throttle, a
+// RejectionCode sets the status code of a unary call the chain refused
+// before any attempt reached the downstream — a breaker open, or a throttle, a
 // limiter or a bulkhead refusing it — in place of the defaults,
 // codes.Unavailable for a breaker and codes.ResourceExhausted for the
 // others. errors.Is(err, breaker.ErrOpen) and errors.Is(err,
@@ -237,6 +237,11 @@ func Client(name string) Option {
 // "Client libraries with their own retry"). A breaker that ends the
 // retries after an attempt reached the downstream gives the caller that
 // attempt's status, as without it.
+//
+// Streams keep the defaults: such libraries do not retry a stream's
+// creation themselves but re-create a long-lived stream (a watch) on
+// Unavailable, with a backoff of their own, and end it for good on any
+// other code — etcd's Watch does (TestRejectionCodeKeepsWatches).
 func RejectionCode(code codes.Code) Option {
 	return optionFunc(func(c *config) {
 		if code == codes.OK {

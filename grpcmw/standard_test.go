@@ -64,6 +64,12 @@ func TestRejectionCode(t *testing.T) {
 		if status.Code(err) != tc.want || !errors.Is(err, breaker.ErrOpen) || srv.Received.Load() != 0 {
 			t.Errorf("%v: code %v, ErrOpen %t, %d calls received; want %v, ErrOpen, none", err, status.Code(err), errors.Is(err, breaker.ErrOpen), srv.Received.Load(), tc.want)
 		}
+		// A stream keeps Unavailable, which a library's watch loop
+		// re-creates the stream on.
+		_, err = client.Watch(context.Background(), &healthpb.HealthCheckRequest{})
+		if status.Code(err) != codes.Unavailable || !errors.Is(err, breaker.ErrOpen) {
+			t.Errorf("a stream: %v (code %v), want Unavailable matching breaker.ErrOpen whatever RejectionCode says", err, status.Code(err))
+		}
 	}
 	if _, err := grpcmw.NewInterceptors(nil, grpcmw.RejectionCode(codes.OK)); err == nil || !strings.Contains(err.Error(), "RejectionCode") {
 		t.Errorf("RejectionCode(OK): %v, want an error naming it", err)

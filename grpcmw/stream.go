@@ -46,7 +46,7 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 			s.deadline = time.Now().Add(overall)
 		}
 		if err = s.establish(); err != nil {
-			return nil, cfg.toStatus(ctx, err, s.answer)
+			return nil, toStatus(ctx, err, s.answer)
 		}
 		return s, nil
 	}
@@ -204,12 +204,12 @@ func (s *stream) RecvMsg(m any) error {
 	case s.receivedLocked(a, err):
 		return err // a message, or io.EOF
 	case s.finished || a != s.cur:
-		return s.cfg.toStatus(s.ctx, s.timedOut(a, err), s.answer) // the same status as before
+		return toStatus(s.ctx, s.timedOut(a, err), s.answer) // the same status as before
 	}
 	if s.received || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
-		return s.cfg.toStatus(s.ctx, err, s.answer)
+		return toStatus(s.ctx, err, s.answer)
 	}
 	// Before the first response, with everything sent: retry.
 	return s.retryLocked(a, err, m)

@@ -54,8 +54,14 @@ type Settings struct {
 	// before the first retry, doubling up to MaxBackoff, jittered ±20 %.
 	Backoff, MaxBackoff time.Duration
 	// AttemptTimeout is the attempt timeout's start, before the adaptive
-	// timeout has seen enough answers; MaxAttemptTimeout bounds it.
-	AttemptTimeout, MaxAttemptTimeout time.Duration
+	// timeout has seen enough answers; MinAttemptTimeout and
+	// MaxAttemptTimeout bound it (MinAttemptTimeout: AttemptTimeout / 10
+	// when zero). Against a downstream whose healthy p99 is far below a
+	// millisecond, the adaptive timeout sits at its floor, and a storage
+	// stall of tens of milliseconds counts as a failure: give
+	// MinAttemptTimeout a value above the stalls the downstream has when
+	// healthy (docs/grpc.md, "Client libraries with their own retry").
+	AttemptTimeout, MinAttemptTimeout, MaxAttemptTimeout time.Duration
 	// OpenTimeout is the breaker's stay open before its probes.
 	OpenTimeout time.Duration
 	// HalfOpenSuccesses is how many of the breaker's 3 probes must succeed
@@ -140,10 +146,10 @@ func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 		return nil, fmt.Errorf("preset: Settings.OpenTimeout or HalfOpenSuccesses: %w", err)
 	}
 	attempt, err := timeout.New(s.AttemptTimeout, timeout.Adaptive(timeout.AdaptiveOptions{
-		Quantile: 0.99, Window: 5 * time.Second, Max: s.MaxAttemptTimeout,
+		Quantile: 0.99, Window: 5 * time.Second, Min: s.MinAttemptTimeout, Max: s.MaxAttemptTimeout,
 	}))
 	if err != nil {
-		return nil, fmt.Errorf("preset: Settings.AttemptTimeout or MaxAttemptTimeout: %w", err)
+		return nil, fmt.Errorf("preset: Settings.AttemptTimeout, MinAttemptTimeout or MaxAttemptTimeout: %w", err)
 	}
 	c, err := chain.Options{Strict: true}.New(append(ps, b, attempt)...)
 	if err != nil {

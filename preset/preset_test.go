@@ -1,9 +1,11 @@
 package preset_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/callguard/callguard/chain"
@@ -77,6 +79,8 @@ func TestInvalidSettingsNamed(t *testing.T) {
 		{preset.Settings{Attempts: -1}, "Attempts"},
 		{preset.Settings{Backoff: -time.Second}, "Backoff"},
 		{preset.Settings{AttemptTimeout: -time.Second}, "AttemptTimeout"},
+		{preset.Settings{MinAttemptTimeout: -time.Second}, "MinAttemptTimeout"},
+		{preset.Settings{MinAttemptTimeout: 2 * time.Second}, "MinAttemptTimeout"}, // above MaxAttemptTimeout
 		{preset.Settings{OpenTimeout: -time.Second}, "OpenTimeout"},
 		{preset.Settings{HalfOpenSuccesses: 5}, "HalfOpenSuccesses"},
 		{preset.Settings{Hedge: true, RetryBudget: -1}, "RetryBudget"},
@@ -85,5 +89,42 @@ func TestInvalidSettingsNamed(t *testing.T) {
 		if _, err := preset.Chain(tc.s, nil); err == nil || !strings.Contains(err.Error(), tc.name) {
 			t.Errorf("%+v: %v, want an error naming %s", tc.s, err, tc.name)
 		}
+	}
+}
+
+// TestMinAttemptTimeout: after a downstream's answers took 1 ms, the
+// adaptive attempt timeout is at its floor (AttemptTimeout / 10 = 30 ms)
+// and a 100 ms stall is cut; with MinAttemptTimeout 200 ms the stall is
+// waited out.
+func TestMinAttemptTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		min     time.Duration
+		stalled bool // whether the stalled call fails
+	}{{0, true}, {200 * time.Millisecond, false}} {
+		synctest.Test(t, func(t *testing.T) {
+			c, err := preset.Chain(preset.Settings{MinAttemptTimeout: tc.min, Attempts: 1, NoLimit: true}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := t.Context()
+			for range 200 {
+				if err := c.Do(ctx, func(ctx context.Context) error { return sleep(ctx, time.Millisecond) }); err != nil {
+					t.Fatal(err)
+				}
+			}
+			err = c.Do(ctx, func(ctx context.Context) error { return sleep(ctx, 100*time.Millisecond) })
+			if got := err != nil; got != tc.stalled {
+				t.Errorf("MinAttemptTimeout %v: the 100 ms stall's error %v, want failed %v", tc.min, err, tc.stalled)
+			}
+		})
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
