@@ -252,7 +252,7 @@ func RejectionCode(code codes.Code) Option {
 	})
 }
 
-// Tracing makes each attempt of a unary call a span of tp's, a child of
+// Tracing makes each attempt of a call, unary or stream, a span of tp's, a child of
 // the caller's span (with otelgrpc's stats handler beneath, its client
 // span is the attempt span's child): callguard.attempt, with
 // callguard.attempt (from 1), rpc.method, callguard.hedge and, from the
@@ -261,8 +261,9 @@ func RejectionCode(code codes.Code) Option {
 // the first is the event callguard.retry or callguard.hedge, a rejection
 // the event callguard.rejected (callguard.rejected.by breaker or limit,
 // callguard.reason), and the call's end the attributes callguard.attempts
-// and callguard.outcome. Streams are not traced per attempt. Through the
-// OpenTelemetry trace API only; see docs/observability.md.
+// and callguard.outcome (for a stream, when it could not be established;
+// an established stream's outcome is its last attempt span's status).
+// Through the OpenTelemetry trace API only; see docs/observability.md.
 func Tracing(tp trace.TracerProvider) Option {
 	return optionFunc(func(c *config) {
 		if c.Func("Tracing", tp == nil) {

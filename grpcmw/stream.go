@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/callguard/callguard/internal/telemetry"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -46,7 +47,14 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 			s.deadline = time.Now().Add(overall)
 		}
 		if err = s.establish(); err != nil {
-			return nil, toStatus(ctx, err, s.answer)
+			err = toStatus(ctx, err, s.answer)
+			// Not established: the caller's span says why, as for a
+			// unary call (an established stream's outcome is its last
+			// attempt's span's).
+			if cfg.tracing != nil {
+				cfg.tracing.Ended(ctx, telemetry.Classify(ctx, err), s.attempts, err)
+			}
+			return nil, err
 		}
 		return s, nil
 	}

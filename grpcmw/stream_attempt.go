@@ -28,6 +28,8 @@ type attempt struct {
 	gated   []permit              // the gates' permits, taken before the breakers'
 	done    bool                  // the permits are reported
 	fin     atomic.Pointer[error] // grpc-go has finished the stream with this status (grpc.OnFinish)
+	end     func(error)           // ends the attempt's span (Tracing), nil without
+	failed  error                 // the attempt's failure, for its span
 }
 
 // errEOF ends a retry loop on a stream that ended cleanly before any message.
@@ -229,6 +231,11 @@ func (s *stream) beginLocked(recv bool, gated []permit, permits []breaker.Permit
 	}
 	a := &attempt{permits: permits, gated: gated}
 	a.ctx, a.cancel = context.WithCancelCause(s.ctx)
+	if tr := s.cfg.tracing; tr != nil {
+		// The attempt's span lives until its outcome is reported (see
+		// releaseLocked); beneath it, otelgrpc's client span of the stream.
+		a.ctx, a.end = tr.Attempt(a.ctx, s.method, s.attempts, true)
+	}
 	// The chain's timeout bounds the streamer, which can block (waiting for
 	// a connection, grpc.WaitForReady), as it bounds a unary call.
 	s.armLocked(a)

@@ -125,6 +125,9 @@ func (s *stream) endLocked(a *attempt, err error) {
 		}
 		p.Done(s.cfg.outcome(s.ctx, s.cc, nil, nil, err, nil, false))
 	}
+	if !errors.Is(err, io.EOF) {
+		a.failed = err
+	}
 	s.releaseLocked(a)
 }
 
@@ -144,6 +147,10 @@ func (s *stream) abandonLocked(a *attempt) {
 
 func (s *stream) releaseLocked(a *attempt) {
 	a.done, a.permits, a.gated = true, nil, nil
+	if a.end != nil {
+		a.end(a.failed)
+		a.end = nil
+	}
 	if a.timer != nil {
 		a.timer.Stop()
 	}
