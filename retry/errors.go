@@ -17,7 +17,8 @@ const (
 	ReasonAttempts Reason = iota + 1
 	// ReasonDeadline: the next wait would have outlived the caller's deadline.
 	ReasonDeadline
-	// ReasonBudget: the retry budget was spent.
+	// ReasonBudget: the retry budget was spent, or a Throttle throttled the
+	// retry.
 	ReasonBudget
 	// ReasonPushback: the server asked not to retry, or to wait longer than
 	// MaxPushback.

@@ -45,6 +45,7 @@ type Policy struct {
 	fit         bool // FitDeadline
 	onRetry     func(attempt int, err error, wait time.Duration)
 	budget      *Budget
+	throttle    *Throttle
 	maxPushback time.Duration
 	description string
 	x           bridge.Retry // what the chain knows of it (see hooks.go)
@@ -297,6 +298,9 @@ func (p *Policy) doUntil(ctx context.Context, deadline time.Time, reserve time.D
 	}
 	err := call(ctx)
 	if err == nil {
+		if p.throttle != nil {
+			p.throttle.succeeded()
+		}
 		return nil
 	}
 	return p.again(ctx, deadline, reserve, call, err)
@@ -333,6 +337,11 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, reserve time.Dur
 		rejected := !p.whenOpen && errors.Is(err, breaker.ErrOpen)
 		if rejected && !errors.As(err, &open) {
 			return err
+		}
+		// As grpc-go does: a retryable failure takes a token before the
+		// attempts are counted, the last attempt's too.
+		if p.throttle != nil && p.throttle.failed() {
+			return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonBudget})
 		}
 		if attempt >= p.attempts {
 			return p.exhausted(&ExhaustedError{Attempts: attempt, Last: err, Reason: ReasonAttempts})
@@ -405,6 +414,9 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, reserve time.Dur
 			}
 		}
 		if err = call(ctx); err == nil {
+			if p.throttle != nil {
+				p.throttle.succeeded()
+			}
 			return nil
 		}
 	}

@@ -1,0 +1,251 @@
+package grpcmw
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/retry"
+	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// grpc-go caps a retry policy's maxAttempts at 5, silently.
+const serviceConfigMaxAttempts = 5
+
+// FromServiceConfig returns interceptors that do what a gRPC service
+// config's retry settings ask of grpc-go's own retry, as callguard
+// chains, linted: for each methodConfig, the methods it names get a chain
+// of its timeout (the call's, over all its attempts) and its retryPolicy
+// (maxAttempts, capped at 5 as grpc-go does; initialBackoff, maxBackoff,
+// backoffMultiplier; retryableStatusCodes), and retryThrottling
+// (maxTokens, tokenRatio) is one retry.Throttle for every method, as
+// grpc-go keeps one per ClientConn: use the interceptors for one
+// connection. A name with a method matches that method, one with only a
+// service every method of it, an empty name every method; the most
+// specific wins, as in grpc-go. A method no methodConfig names is passed
+// through. The methods a retryPolicy names are retried whether or not
+// they are declared Idempotent: a service config's retryPolicy is the
+// service's own word that they may be.
+//
+// The waits are grpc-go's: before retry n, min(initialBackoff ×
+// backoffMultiplier^(n-1), maxBackoff), ± 20 %. A server's
+// grpc-retry-pushback-ms replaces the wait, as in grpc-go. What differs:
+// after a pushback, grpc-go starts its schedule again from
+// initialBackoff, the chain's retry goes on where it was; a retryable
+// ResourceExhausted without a pushback is not retried (an
+// overloaded server, a quota or a size limit would refuse it again; see
+// [DefaultClassify]); a code not listed as retryable is classified as
+// [DefaultClassify] says, for the breakers and metrics of the chain.
+// hedgingPolicy is not converted: it is an error, naming the
+// methodConfig, and so is any field of a methodConfig's retryPolicy
+// grpc-go would refuse. Other settings (loadBalancingConfig,
+// waitForReady, …) are not the chain's: give the service config to
+// grpc-go as before (grpc.WithDefaultServiceConfig), since
+// Interceptors.DialOptions disables grpc-go's retry so that the two do
+// not multiply.
+//
+// opts are the interceptors' own options (Metrics, Logger, Client, …),
+// applied after; a PerMethod, PerTarget or PerKey among them is an error,
+// since the service config decides the chain of each method.
+func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, error) {
+	sc, err := parseServiceConfig(serviceConfig)
+	if err != nil {
+		return nil, fmt.Errorf("grpcmw: FromServiceConfig: %w", err)
+	}
+	var th *retry.Throttle
+	if t := sc.RetryThrottling; t != nil {
+		if th, err = retry.NewThrottle(t.MaxTokens, t.TokenRatio); err != nil {
+			return nil, fmt.Errorf("grpcmw: FromServiceConfig: retryThrottling: %w", err)
+		}
+	}
+	chains := map[string]*chain.Chain{} // by name key: "service/method", "service/", ""
+	retryable := map[codes.Code]bool{}
+	for i, mc := range sc.MethodConfig {
+		c, err := mc.chain(th, retryable)
+		if err != nil {
+			return nil, fmt.Errorf("grpcmw: FromServiceConfig: methodConfig[%d]: %w", i, err)
+		}
+		for j, n := range mc.Name {
+			if n.Service == "" && n.Method != "" {
+				return nil, fmt.Errorf("grpcmw: FromServiceConfig: methodConfig[%d].name[%d]: a method (%q) without a service", i, j, n.Method)
+			}
+			k := n.Service + "/" + n.Method
+			if n.Service == "" {
+				k = ""
+			}
+			if _, dup := chains[k]; dup {
+				return nil, fmt.Errorf("grpcmw: FromServiceConfig: methodConfig[%d].name[%d]: %q is named twice", i, j, "/"+k)
+			}
+			chains[k] = c
+		}
+	}
+	pass, err := chain.New()
+	if err != nil {
+		return nil, err
+	}
+	keyOf := func(_ context.Context, method string, _ *grpc.ClientConn) string {
+		service, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+		for _, k := range [...]string{service + "/" + name, service + "/", ""} {
+			if _, ok := chains[k]; ok {
+				return k
+			}
+		}
+		return "\x00none"
+	}
+	build := func(k string) (*chain.Chain, error) {
+		if c, ok := chains[k]; ok {
+			return c, nil
+		}
+		return pass, nil
+	}
+	opts = append([]Option{
+		AllIdempotent(),
+		Classify(func(c codes.Code) Class {
+			if retryable[c] {
+				return ClassRetryableFailure
+			}
+			return DefaultClassify(c)
+		}),
+	}, opts...)
+	opts = append(opts, optionFunc(func(c *config) {
+		if c.perKey != nil {
+			c.Fail("%s: the service config decides each method's chain", c.perKey.Name)
+			return
+		}
+		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
+	}))
+	return NewInterceptors(nil, opts...)
+}
+
+type serviceConfigJSON struct {
+	MethodConfig    []methodConfigJSON `json:"methodConfig"`
+	RetryThrottling *struct {
+		MaxTokens  float64 `json:"maxTokens"`
+		TokenRatio float64 `json:"tokenRatio"`
+	} `json:"retryThrottling"`
+}
+
+type methodConfigJSON struct {
+	Name []struct {
+		Service string `json:"service"`
+		Method  string `json:"method"`
+	} `json:"name"`
+	Timeout       *string          `json:"timeout"`
+	RetryPolicy   *retryPolicyJSON `json:"retryPolicy"`
+	HedgingPolicy json.RawMessage  `json:"hedgingPolicy"`
+}
+
+type retryPolicyJSON struct {
+	MaxAttempts          int          `json:"maxAttempts"`
+	InitialBackoff       string       `json:"initialBackoff"`
+	MaxBackoff           string       `json:"maxBackoff"`
+	BackoffMultiplier    float64      `json:"backoffMultiplier"`
+	RetryableStatusCodes []codes.Code `json:"retryableStatusCodes"`
+}
+
+// parseServiceConfig decodes the service config's JSON, the fields it
+// does not know left to grpc-go.
+func parseServiceConfig(js string) (*serviceConfigJSON, error) {
+	var sc serviceConfigJSON
+	d := json.NewDecoder(bytes.NewReader([]byte(js)))
+	if err := d.Decode(&sc); err != nil {
+		return nil, fmt.Errorf("not a service config: %w", err)
+	}
+	return &sc, nil
+}
+
+// chain is a methodConfig's chain: its timeout, then its retry; codes it
+// retries are added to retryable.
+func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]bool) (*chain.Chain, error) {
+	if len(mc.HedgingPolicy) > 0 && !bytes.Equal(mc.HedgingPolicy, []byte("null")) {
+		return nil, errors.New("hedgingPolicy: not converted (a retryPolicy, a timeout and retryThrottling are)")
+	}
+	var ps []chain.Policy
+	if mc.Timeout != nil {
+		d, err := protoDuration(*mc.Timeout)
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("timeout %q: want a positive duration in seconds, as \"1.5s\"", *mc.Timeout)
+		}
+		t, err := timeout.New(d)
+		if err != nil {
+			return nil, fmt.Errorf("timeout: %w", err)
+		}
+		ps = append(ps, t)
+	}
+	if rp := mc.RetryPolicy; rp != nil {
+		r, err := rp.policy(th)
+		if err != nil {
+			return nil, fmt.Errorf("retryPolicy: %w", err)
+		}
+		for _, c := range rp.RetryableStatusCodes {
+			retryable[c] = true
+		}
+		ps = append(ps, r)
+	}
+	return chain.New(ps...)
+}
+
+// policy is the retry grpc-go would run, with grpc-go's checks.
+func (rp *retryPolicyJSON) policy(th *retry.Throttle) (*retry.Policy, error) {
+	initial, err := protoDuration(rp.InitialBackoff)
+	if err != nil || initial <= 0 {
+		return nil, fmt.Errorf("initialBackoff %q: want a positive duration in seconds, as \"0.1s\"", rp.InitialBackoff)
+	}
+	maxB, err := protoDuration(rp.MaxBackoff)
+	if err != nil || maxB <= 0 {
+		return nil, fmt.Errorf("maxBackoff %q: want a positive duration in seconds, as \"1s\"", rp.MaxBackoff)
+	}
+	switch {
+	case rp.MaxAttempts <= 1:
+		return nil, fmt.Errorf("maxAttempts %d: must be greater than 1", rp.MaxAttempts)
+	case !(rp.BackoffMultiplier > 0):
+		return nil, fmt.Errorf("backoffMultiplier %v: must be greater than 0", rp.BackoffMultiplier)
+	case len(rp.RetryableStatusCodes) == 0:
+		return nil, errors.New("retryableStatusCodes: must name at least one code")
+	}
+	for _, c := range rp.RetryableStatusCodes {
+		if c == codes.OK {
+			return nil, errors.New("retryableStatusCodes: OK is not a failure")
+		}
+	}
+	// grpc-go's wait before retry n is min(initialBackoff ×
+	// backoffMultiplier^(n-1), maxBackoff), ± 20 % (its stream.go): the
+	// retry's own schedule and default jitter.
+	set := map[codes.Code]bool{}
+	for _, c := range rp.RetryableStatusCodes {
+		set[c] = true
+	}
+	opts := []retry.Option{
+		retry.MaxAttempts(min(rp.MaxAttempts, serviceConfigMaxAttempts)),
+		retry.ExponentialBy(min(initial, maxB), maxB, rp.BackoffMultiplier),
+		retry.Jitter(0.2),
+		retry.RetryIf(func(err error) bool { return set[status.Code(err)] }),
+	}
+	if th != nil {
+		opts = append(opts, retry.WithThrottle(th))
+	}
+	return retry.New(opts...)
+}
+
+// protoDuration parses a google.protobuf.Duration's JSON form: seconds
+// with up to 9 decimal places and an "s".
+func protoDuration(s string) (time.Duration, error) {
+	num, ok := strings.CutSuffix(s, "s")
+	if !ok || num == "" {
+		return 0, fmt.Errorf("%q: no seconds", s)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(f * float64(time.Second)), nil
+}

@@ -1,0 +1,92 @@
+package retry
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Throttle is gRPC's retry throttling (gRFC A6, a service config's
+// retryThrottling), for the retry policies given it with [WithThrottle]:
+// a token count that starts at maxTokens; each failed attempt the policy
+// deems retryable takes one token (down to zero), each call that succeeds
+// gives back tokenRatio (up to maxTokens), and while the count is at most
+// half of maxTokens no retry is made (the retry ends with ReasonBudget).
+// After a run of failures it takes maxTokens / 2 / tokenRatio successful
+// calls to retry again. grpc-go keeps one per ClientConn; share one
+// Throttle among the policies of a connection's calls for the same.
+//
+// A Throttle is safe for concurrent use. Create one with [NewThrottle].
+// Unlike a [Budget], it does not bound retries per call: under a total
+// outage it allows none past the first maxTokens / 2 failures.
+type Throttle struct {
+	max, ratio float64
+
+	mu     sync.Mutex
+	tokens float64
+}
+
+// NewThrottle returns a throttle of maxTokens, in (0, 1000], and
+// tokenRatio, > 0 (gRPC's bounds; grpc-go rounds tokenRatio to 3
+// decimal places, and so does NewThrottle).
+func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
+	switch {
+	case !(maxTokens > 0 && maxTokens <= 1000):
+		return nil, fmt.Errorf("retry: NewThrottle maxTokens = %v: must be within (0, 1000]", maxTokens)
+	case !(tokenRatio > 0) || math.IsInf(tokenRatio, 1):
+		return nil, fmt.Errorf("retry: NewThrottle tokenRatio = %v: must be a finite number > 0", tokenRatio)
+	}
+	return &Throttle{max: maxTokens, ratio: math.Round(tokenRatio*1000) / 1000, tokens: maxTokens}, nil
+}
+
+// failed takes a token for a retryable failure, and says whether the
+// retry is throttled.
+func (t *Throttle) failed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tokens = max(0, t.tokens-1)
+	return t.tokens <= t.max/2
+}
+
+// succeeded gives back a call's success.
+func (t *Throttle) succeeded() {
+	t.mu.Lock()
+	t.tokens = min(t.max, t.tokens+t.ratio)
+	t.mu.Unlock()
+}
+
+// Tokens returns the token count now.
+func (t *Throttle) Tokens() float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.tokens
+}
+
+// WithThrottle makes the retries ask t (see [Throttle]).
+func WithThrottle(t *Throttle) Option {
+	return optionFunc(func(c *config) {
+		if t == nil {
+			bad(c, "WithThrottle(nil): needs a throttle from NewThrottle")
+		}
+		c.throttle = t
+	})
+}
+
+// ExponentialBy waits initial, then multiplier times as long after each
+// failure, up to max: gRPC's retryPolicy schedule (initialBackoff,
+// backoffMultiplier, maxBackoff; a multiplier below 1 shrinks the waits).
+// Exponential is ExponentialBy with multiplier 2.
+func ExponentialBy(initial, max time.Duration, multiplier float64) Option {
+	return optionFunc(func(c *config) {
+		switch {
+		case initial < 0:
+			bad(c, "ExponentialBy(%v, %v, %v): initial must be >= 0", initial, max, multiplier)
+		case max < initial:
+			bad(c, "ExponentialBy(%v, %v, %v): max must be >= initial", initial, max, multiplier)
+		case !(multiplier > 0) || math.IsInf(multiplier, 1):
+			bad(c, "ExponentialBy(%v, %v, %v): multiplier must be a finite number > 0", initial, max, multiplier)
+		}
+		c.initial, c.max, c.multiplier, c.schedule = initial, max, multiplier, "Exponential"
+	})
+}
