@@ -45,9 +45,10 @@ const serviceConfigMaxAttempts = 5
 // overloaded server, a quota or a size limit would refuse it again; see
 // [DefaultClassify]); a code not listed as retryable is classified as
 // [DefaultClassify] says, for the breakers and metrics of the chain.
-// hedgingPolicy is not converted: it is an error, naming the
-// methodConfig, and so is any field of a methodConfig's retryPolicy
-// grpc-go would refuse. Other settings (loadBalancingConfig,
+// A hedgingPolicy is an error, naming the methodConfig: grpc-go does not
+// implement hedging and ignores the field, so a config that counts on it
+// is hedged by neither, and saying so beats a silent no. So is any field
+// of a retryPolicy grpc-go would refuse. Other settings (loadBalancingConfig,
 // waitForReady, …) are not the chain's: give the service config to
 // grpc-go as before (grpc.WithDefaultServiceConfig), since
 // Interceptors.DialOptions disables grpc-go's retry so that the two do
@@ -167,7 +168,7 @@ func parseServiceConfig(js string) (*serviceConfigJSON, error) {
 // retries are added to retryable.
 func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]bool) (*chain.Chain, error) {
 	if len(mc.HedgingPolicy) > 0 && !bytes.Equal(mc.HedgingPolicy, []byte("null")) {
-		return nil, errors.New("hedgingPolicy: not converted (a retryPolicy, a timeout and retryThrottling are)")
+		return nil, errors.New("hedgingPolicy: not converted: grpc-go ignores it (it implements no hedging); drop it, or hedge with package hedge in a chain of your own (grpcmw.NewInterceptors)")
 	}
 	var ps []chain.Policy
 	if mc.Timeout != nil {
