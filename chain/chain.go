@@ -127,6 +127,13 @@ type Options struct {
 	// DownstreamRecovery is how long the downstream usually takes to recover
 	// from an outage, if known (rule CG012).
 	DownstreamRecovery time.Duration
+	// CallerDeadline is the deadline the chain's callers give a request,
+	// if known (rule CG004: an attempt a deadline outside the breaker cuts
+	// before it has run its timeout's patience is not a failure, so a
+	// caller more impatient than that never lets a hung downstream trip
+	// the breaker). 0: unknown; an overall timeout in the chain is used
+	// either way.
+	CallerDeadline time.Duration
 	// Ignore lists finding codes to leave out, e.g. "CG009".
 	Ignore []string
 }
@@ -143,6 +150,8 @@ func (o Options) New(policies ...Policy) (*Chain, error) {
 		return nil, fmt.Errorf("chain: Options.MaxDetection = %v: must be >= 0 (0: the default, 10s)", o.MaxDetection)
 	case o.DownstreamRecovery < 0:
 		return nil, fmt.Errorf("chain: Options.DownstreamRecovery = %v: must be >= 0 (0: unknown)", o.DownstreamRecovery)
+	case o.CallerDeadline < 0:
+		return nil, fmt.Errorf("chain: Options.CallerDeadline = %v: must be >= 0 (0: unknown)", o.CallerDeadline)
 	}
 	c := &Chain{steps: make([]step, 0, len(policies))}
 	for i, p := range policies {

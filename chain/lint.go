@@ -25,7 +25,7 @@ func Rules() []Rule {
 		{"CG001", "retry outside a breaker keeps retrying when it is open (RetryWhenOpen): backoff waits for nothing"},
 		{"CG002", "retry inside a breaker: the breaker sees one failure per request, not per call, and opens late"},
 		{"CG003", "timeout at or below a declared healthy latency quantile up to p99: ≥ 1 % of healthy calls time out"},
-		{"CG004", "attempt timeout × failures to trip too slow: a hung downstream is detected late"},
+		{"CG004", "attempt timeout × failures to trip too slow, or cut by a shorter deadline outside it: a hung downstream is detected late, or never"},
 		{"CG005", "overall timeout too short for the attempts and waits of the retry it wraps"},
 		{"CG006", "nested retries multiply attempts"},
 		{"CG007", "half-open closes only if (almost) every probe succeeds: unlikely on a flaky downstream (q^N)"},

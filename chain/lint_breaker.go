@@ -48,10 +48,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 	case !ok:
 		l.warn("CG009", "%s has no attempt timeout inside it: a call that hangs holds its half-open probe slot until it returns, and a hung downstream never counts as failing. Fix: add timeout.New(d) between the breaker and the call: chain.New(…, breaker, timeout).", name)
 	default:
-		if n := s.ConsecutiveFailures; n > 0 && mulSat(n, t) > l.o.MaxDetection {
-			l.warn("CG004", "%s trips after %d consecutive failures and the attempt timeout inside it is %v: a hung downstream is detected only after %d × %v = %v at 1 caller, each call holding its caller %v meanwhile (docs/conflicts.md, case 2: 15 s at 3 s × 5). Fix: a shorter attempt timeout (still above the healthy tail latency) or fewer failures to trip, for detection within %v.",
-				name, n, t, n, t, mulSat(n, t), t, l.o.MaxDetection)
-		}
+		l.detection(i, name, s, known, t)
 		if s.FailureRate > 0 && s.Window > 0 && s.Window < mulSat(2, t) {
 			l.warn("CG010", "%s rates failures over a %v window, less than 2 × the %v attempt timeout inside it: a hung call is counted only when its timeout fires, so the window sees few outcomes and the rate swings on each. Fix: a window of at least %v (10 × the timeout is typical).",
 				name, s.Window, t, mulSat(2, t))

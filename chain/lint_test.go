@@ -160,6 +160,29 @@ func TestRules(t *testing.T) {
 			numbers: []string{"5 × 3s = 15s at 1 caller"},
 		},
 		{
+			// The callers' deadline cuts every hung attempt before it has run
+			// the 5s (half the 10s timeout) that makes a cut attempt a failure.
+			code:    "CG004",
+			opts:    chain.Options{CallerDeadline: time.Second},
+			bad:     []chain.Policy{rt(retry.MaxAttempts(5)), br(breaker.Settings{FailureRate: 0.5}), to(10 * time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(5)), br(breaker.Settings{FailureRate: 0.5}), to(500 * time.Millisecond)},
+			numbers: []string{"once it has run 5s (half the timeout", "the callers' 1s deadline (Options.CallerDeadline) ends every hung attempt at 1s", "waits out its whole 1s", "4 of its 5 attempts never made", "an attempt timeout below 1s"},
+		},
+		{
+			// The same with an overall timeout in the chain, and a cut that
+			// comes after the patience: each hung attempt then counts at 4s.
+			code:    "CG004",
+			bad:     []chain.Policy{to(4 * time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(6*time.Second, timeout.Latency(0.99, 2*time.Second))},
+			good:    []chain.Policy{to(4 * time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(time.Second, timeout.Latency(0.99, 200*time.Millisecond))},
+			numbers: []string{"timeout(4s) outside it cuts each hung attempt at 4s", "past 2s, its declared p99", "5 × 4s = 20s at 1 caller"},
+		},
+		{
+			code:    "CG004",
+			bad:     []chain.Policy{to(time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(3 * time.Second)},
+			good:    []chain.Policy{to(time.Second), rt(retry.MaxAttempts(3)), br(fiveConsecutive), to(300 * time.Millisecond)},
+			numbers: []string{"timeout(1s) outside it ends every hung attempt at 1s", "once it has run 1.5s", "2 of its 3 attempts never made"},
+		},
+		{
 			code:    "CG005",
 			bad:     []chain.Policy{to(2 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
 			good:    []chain.Policy{to(4 * time.Second), rt(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second)), br(fiveConsecutive), to(time.Second)},
@@ -417,6 +440,7 @@ func TestOptionsInvalid(t *testing.T) {
 	for name, o := range map[string]chain.Options{
 		"MaxDetection":       {MaxDetection: -1},
 		"DownstreamRecovery": {DownstreamRecovery: -time.Second},
+		"CallerDeadline":     {CallerDeadline: -time.Second},
 	} {
 		if c, err := o.New(rt(), br(fiveConsecutive), to(time.Second)); c != nil || err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s < 0: %v, %v; want an error naming it", name, c, err)

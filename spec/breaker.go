@@ -20,9 +20,11 @@ var breakerFields = []string{
 // a file, the Go API's default rules do not apply unseen.
 func decodeBreaker(at, n *yaml.Node, path string) (*breaker.Settings, error) {
 	m, err := mapOf(n, path, "a breaker", breakerFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	s := &breaker.Settings{}
 	for _, name := range breakerFields {
 		v := m.val(name)
@@ -60,9 +62,10 @@ func decodeBreaker(at, n *yaml.Node, path string) (*breaker.Settings, error) {
 		case "engine":
 			s.Engine, err = engine(v, p)
 		}
-		if err != nil {
-			return nil, err
-		}
+		bad.add(err)
+	}
+	if bad.any() {
+		return nil, bad.err() // the settings together are checked once each value is right
 	}
 	const noRule = "no trip rule: give consecutiveFailures, failureRate or slowCallRate (in a file the Go API's default rules, " +
 		"10 consecutive failures or 50% over 10s, do not apply unseen)"

@@ -1,8 +1,11 @@
 package spec
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +20,69 @@ import (
 // missing, settings that do not go together) is on the key's line.
 
 const durationSyntax = "Go syntax: 300ms, 1.5s, 2m"
+
+// problems collects what is wrong with a file, so that Parse reports every
+// error, not only the first: each value is checked, and a value at fault
+// stops only what depends on it.
+type problems struct{ errs []*Error }
+
+// add records err, an *Error or a list of them (nil: nothing), and
+// reports whether it recorded anything.
+func (p *problems) add(err error) bool {
+	if err == nil {
+		return false
+	}
+	var list errorList
+	var e *Error
+	switch {
+	case errors.As(err, &list):
+		p.errs = append(p.errs, list...)
+	case errors.As(err, &e):
+		p.errs = append(p.errs, e)
+	default:
+		p.errs = append(p.errs, &Error{Err: err})
+	}
+	return true
+}
+
+// any reports whether a problem was recorded.
+func (p *problems) any() bool { return len(p.errs) > 0 }
+
+// err returns nil, the one *Error, or an errorList of them in the file's
+// order (by line; those the parser reported, without one, first).
+func (p *problems) err() error {
+	switch len(p.errs) {
+	case 0:
+		return nil
+	case 1:
+		return p.errs[0]
+	}
+	list := slices.Clone(p.errs)
+	slices.SortStableFunc(list, func(a, b *Error) int { return cmp.Compare(a.Line, b.Line) })
+	return errorList(list)
+}
+
+// errorList is several errors of one file, each an *Error, in the file's
+// order: it reads one line each (a lint error of several findings, a line
+// per finding), and errors.As finds the first *Error in it.
+type errorList []*Error
+
+func (l errorList) Error() string {
+	lines := make([]string, len(l))
+	for i, e := range l {
+		lines[i] = e.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the errors.
+func (l errorList) Unwrap() []error {
+	out := make([]error, len(l))
+	for i, e := range l {
+		out[i] = e
+	}
+	return out
+}
 
 func errorf(n *yaml.Node, path, format string, args ...any) error {
 	return &Error{Line: n.Line, Path: path, Err: fmt.Errorf(format, args...)}
@@ -84,30 +150,35 @@ type mapping struct {
 func (m *mapping) val(name string) *yaml.Node { return m.vals[name] }
 
 // mapOf checks that n is a mapping of known fields, each given once; what
-// names the mapping for the errors ("a breaker").
+// names the mapping for the errors ("a breaker"). It returns the mapping
+// of the fields it knows even when others are wrong, with the error of
+// every one that is (nil: none), so that a caller reads the rest; a nil
+// mapping when n is not a mapping at all.
 func mapOf(n *yaml.Node, path, what string, known ...string) (*mapping, error) {
 	if n.Kind != yaml.MappingNode {
 		return nil, errorf(n, path, "expected %s (a mapping of %s), got %s", what, strings.Join(known, ", "), describe(n))
 	}
 	m := &mapping{known: known, keys: map[string]*yaml.Node{}, vals: map[string]*yaml.Node{}}
+	var p problems
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := deref(n.Content[i]), deref(n.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
-			return nil, errorf(k, path, "a field name must be a word, got %s", describe(k))
+			p.add(errorf(k, path, "a field name must be a word, got %s", describe(k)))
+			continue
 		}
 		name := k.Value
-		if k.ShortTag() == "!!merge" {
-			return nil, errorf(k, join(path, name), "merge keys are not supported: write the fields out")
+		switch prev, ok := m.keys[name]; {
+		case k.ShortTag() == "!!merge":
+			p.add(errorf(k, join(path, name), "merge keys are not supported: write the fields out"))
+		case !contains(known, name):
+			p.add(errorf(k, join(path, name), "unknown field; %s has %s%s", what, strings.Join(known, ", "), suggest(name, known)))
+		case ok:
+			p.add(errorf(k, join(path, name), "given twice (first on line %d)", prev.Line))
+		default:
+			m.keys[name], m.vals[name] = k, v
 		}
-		if !contains(known, name) {
-			return nil, errorf(k, join(path, name), "unknown field; %s has %s%s", what, strings.Join(known, ", "), suggest(name, known))
-		}
-		if prev, ok := m.keys[name]; ok {
-			return nil, errorf(k, join(path, name), "given twice (first on line %d)", prev.Line)
-		}
-		m.keys[name], m.vals[name] = k, v
 	}
-	return m, nil
+	return m, p.err()
 }
 
 func contains(list []string, s string) bool {
@@ -132,6 +203,35 @@ func suggest(name string, known []string) string {
 		}
 	}
 	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+// nearest returns ` (did you mean "x"?)` for the known name nearest to
+// name, however far: the same but for case, a name other libraries give
+// it (aliases, e.g. timeLimiter: timeout), one that name contains or that
+// contains name (circuitBreaker: breaker), or the fewest edits away.
+func nearest(name string, known []string, aliases map[string]string) string {
+	if s := suggest(name, known); s != "" {
+		return s
+	}
+	lower := strings.ToLower(name)
+	if k, ok := aliases[lower]; ok {
+		return fmt.Sprintf(" (did you mean %q?)", k)
+	}
+	best, bestD := "", math.MaxInt
+	for _, k := range known {
+		kl := strings.ToLower(k)
+		d := distance(lower, kl)
+		if strings.Contains(lower, kl) || strings.Contains(kl, lower) {
+			d = -len(kl) // the longest contained name first
+		}
+		if d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" || bestD == math.MaxInt {
 		return ""
 	}
 	return fmt.Sprintf(" (did you mean %q?)", best)

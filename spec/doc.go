@@ -25,6 +25,7 @@
 //	  ignore: [CG013]              # finding codes left out (see chain.Rules)
 //	  maxDetection: 10s            # rule CG004's bound (0: 10s)
 //	  downstreamRecovery: 20s      # for rule CG012 (0: unknown)
+//	  callerDeadline: 1s           # the deadline your callers give a request, for rule CG004 (0: unknown)
 //	chain:                         # the policies, outermost first; at least one
 //	  - timeout: 3500ms            # a fixed timeout (here an overall one)
 //	  - retry: {attempts: 3, exponential: {initial: 100ms, max: 1s}}
@@ -179,6 +180,14 @@
 // naming the line and the field path, with entries counted from 0, e.g.
 //
 //	spec: line 7: chain[2].breaker.openTimeout: "5 secs" is not a duration (Go syntax: 300ms, 1.5s, 2m)
+//
+// Every error of a file is reported, not only the first: one is returned
+// as an [*Error]; several as one error that reads a line each, in the
+// file's order, and whose Unwrap() []error returns them, each an [*Error]
+// (errors.As finds the first). A value at fault stops only the checks
+// that depend on it: the settings of one policy together are checked, and
+// the chain built and linted, once every value is right. A misspelt field
+// or policy gets the nearest known name: (did you mean "breaker"?).
 //
 // A value that a policy's constructor rejects gets the constructor's error,
 // wrapped: errors.As finds a [*breaker.SettingsError],

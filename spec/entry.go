@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
@@ -81,6 +82,10 @@ func (e entry) build() (chain.Policy, error) {
 
 var policyNames = []string{"timeout", "retry", "breaker", "throttle", "hedge", "limit", "bulkhead"}
 
+// policyAliases are other names of the policies, lower-cased, that their
+// letters alone would not suggest.
+var policyAliases = map[string]string{"timelimiter": "timeout", "deadline": "timeout", "backoff": "retry"}
+
 // decodeEntry reads one item of chain: a mapping of exactly one policy.
 func decodeEntry(n *yaml.Node, path string) (entry, error) {
 	if n.Kind != yaml.MappingNode {
@@ -122,53 +127,60 @@ func decodeEntry(n *yaml.Node, path string) (entry, error) {
 	case name == "bulkhead":
 		e.bulkhead, err = decodeBulkhead(k, v, e.path)
 	default:
-		return entry{}, errorf(k, e.path, "unknown policy; a policy is one of %s%s", strings.Join(policyNames, ", "), suggest(name, policyNames))
+		return entry{}, errorf(k, e.path, "unknown policy; a policy is one of %s%s", strings.Join(policyNames, ", "), nearest(name, policyNames, policyAliases))
 	}
 	return e, err
 }
 
-// decodeLint reads the lint's options.
+// decodeLint reads the lint's options, reporting every field at fault.
 func decodeLint(n *yaml.Node, path string) (chain.Options, error) {
 	var o chain.Options
-	m, err := mapOf(n, path, "lint", "strict", "ignore", "maxDetection", "downstreamRecovery")
-	if err != nil {
+	m, err := mapOf(n, path, "lint", "strict", "ignore", "maxDetection", "downstreamRecovery", "callerDeadline")
+	if m == nil {
 		return o, err
 	}
+	var p problems
+	p.add(err)
 	if v := m.val("strict"); v != nil {
-		if o.Strict, err = boolean(v, join(path, "strict")); err != nil {
-			return o, err
-		}
+		o.Strict, err = boolean(v, join(path, "strict"))
+		p.add(err)
 	}
-	if v := m.val("maxDetection"); v != nil {
-		if o.MaxDetection, err = duration(v, join(path, "maxDetection")); err != nil {
-			return o, err
-		}
-	}
-	if v := m.val("downstreamRecovery"); v != nil {
-		if o.DownstreamRecovery, err = duration(v, join(path, "downstreamRecovery")); err != nil {
-			return o, err
+	for _, f := range []struct {
+		name string
+		d    *time.Duration
+	}{{"maxDetection", &o.MaxDetection}, {"downstreamRecovery", &o.DownstreamRecovery}, {"callerDeadline", &o.CallerDeadline}} {
+		if v := m.val(f.name); v != nil {
+			*f.d, err = duration(v, join(path, f.name))
+			p.add(err)
 		}
 	}
 	if v := m.val("ignore"); v != nil {
-		p := join(path, "ignore")
-		items, err := list(v, p, "lint codes")
-		if err != nil {
-			return o, err
-		}
-		var codes []string
-		for _, r := range chain.Rules() {
-			codes = append(codes, r.Code)
-		}
-		for i, item := range items {
-			code, err := text(item, index(p, i))
-			if err != nil {
-				return o, err
-			}
-			if !slices.Contains(codes, code) {
-				return o, errorf(item, index(p, i), "%q is not a lint code (%s…%s: see chain.Rules)%s", code, codes[0], codes[len(codes)-1], suggest(code, codes))
-			}
-			o.Ignore = append(o.Ignore, code)
-		}
+		p.add(decodeIgnore(v, join(path, "ignore"), &o))
 	}
-	return o, nil
+	return o, p.err()
+}
+
+// decodeIgnore reads the lint codes to leave out.
+func decodeIgnore(v *yaml.Node, path string, o *chain.Options) error {
+	items, err := list(v, path, "lint codes")
+	if err != nil {
+		return err
+	}
+	var codes []string
+	for _, r := range chain.Rules() {
+		codes = append(codes, r.Code)
+	}
+	var p problems
+	for i, item := range items {
+		code, err := text(item, index(path, i))
+		if p.add(err) {
+			continue
+		}
+		if !slices.Contains(codes, code) {
+			p.add(errorf(item, index(path, i), "%q is not a lint code (%s…%s: see chain.Rules)%s", code, codes[0], codes[len(codes)-1], suggest(code, codes)))
+			continue
+		}
+		o.Ignore = append(o.Ignore, code)
+	}
+	return p.err()
 }

@@ -60,9 +60,11 @@ var hedgeFields = []string{
 // decodeHedge reads a hedge's settings; delay is required.
 func decodeHedge(at, n *yaml.Node, path string) (*hedge.Settings, error) {
 	m, err := mapOf(n, path, "a hedge", hedgeFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	s := &hedge.Settings{}
 	for _, name := range hedgeFields {
 		v := m.val(name)
@@ -90,12 +92,11 @@ func decodeHedge(at, n *yaml.Node, path string) (*hedge.Settings, error) {
 		case "burst":
 			s.Burst, err = count(v, p)
 		}
-		if err != nil {
-			return nil, err
-		}
+		bad.add(err)
 	}
-	if err := missing(m, at, path, "delay", "a hedge needs delay (how long an attempt runs before another starts beside it), a duration"); err != nil {
-		return nil, err
+	bad.add(missing(m, at, path, "delay", "a hedge needs delay (how long an attempt runs before another starts beside it), a duration"))
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := hedge.New(*s); err != nil {
 		return nil, wrapField(m, at, path, hedgeField(err), err)
@@ -125,9 +126,11 @@ var throttleFields = []string{"k", "window", "maxRejectionRate", "minRequests"}
 // default.
 func decodeThrottle(at, n *yaml.Node, path string) (*throttle.Settings, error) {
 	m, err := mapOf(n, path, "a throttle", throttleFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	s := &throttle.Settings{}
 	for _, name := range throttleFields {
 		v := m.val(name)
@@ -145,9 +148,10 @@ func decodeThrottle(at, n *yaml.Node, path string) (*throttle.Settings, error) {
 		case "minRequests":
 			s.MinRequests, err = count(v, p)
 		}
-		if err != nil {
-			return nil, err
-		}
+		bad.add(err)
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := throttle.New(*s); err != nil {
 		var se *throttle.SettingsError
@@ -173,17 +177,21 @@ var (
 // beside the limiter's.
 func decodeLimit(at, n *yaml.Node, path string) (*limit.Settings, error) {
 	m, err := mapOf(n, path, "a limit", limitFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
-	alg := "gradient2"
+	var bad problems
+	bad.add(err)
+	alg, algBad := "gradient2", false
 	if v := m.val("algorithm"); v != nil {
 		p := join(path, "algorithm")
 		if alg, err = text(v, p); err != nil {
-			return nil, err
+			algBad = bad.add(err)
+		} else if !contains(limitAlgorithms, alg) {
+			algBad = bad.add(errorf(v, p, "%q is not an algorithm: gradient2 or aimd%s", alg, suggest(alg, limitAlgorithms)))
 		}
-		if !contains(limitAlgorithms, alg) {
-			return nil, errorf(v, p, "%q is not an algorithm: gradient2 or aimd%s", alg, suggest(alg, limitAlgorithms))
+		if algBad {
+			alg = "gradient2" // to read the rest; which settings belong is unknown
 		}
 	}
 	// The other algorithm's settings are an error: they would be ignored.
@@ -192,8 +200,8 @@ func decodeLimit(at, n *yaml.Node, path string) (*limit.Settings, error) {
 		other, otherName = gradient2Fields, "gradient2"
 	}
 	for _, name := range other {
-		if m.val(name) != nil {
-			return nil, errorf(m.keys[name], join(path, name), "a setting of algorithm %s, and the algorithm is %s (set algorithm: %s, or leave %s out)", otherName, alg, otherName, name)
+		if m.val(name) != nil && !algBad {
+			bad.add(errorf(m.keys[name], join(path, name), "a setting of algorithm %s, and the algorithm is %s (set algorithm: %s, or leave %s out)", otherName, alg, otherName, name))
 		}
 	}
 	s := &limit.Settings{}
@@ -229,9 +237,10 @@ func decodeLimit(at, n *yaml.Node, path string) (*limit.Settings, error) {
 		case "backoffRatio":
 			a.BackoffRatio, err = number(v, p)
 		}
-		if err != nil {
-			return nil, err
-		}
+		bad.add(err)
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	// An Algorithm is an immutable value: each limiter built from s keeps
 	// its own state.
@@ -251,9 +260,11 @@ var bulkheadFields = []string{"maxConcurrent", "maxQueue", "maxWait"}
 // decodeBulkhead reads a bulkhead's settings; maxConcurrent is required.
 func decodeBulkhead(at, n *yaml.Node, path string) (*limit.BulkheadSettings, error) {
 	m, err := mapOf(n, path, "a bulkhead", bulkheadFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	s := &limit.BulkheadSettings{}
 	for _, name := range bulkheadFields {
 		v := m.val(name)
@@ -269,12 +280,11 @@ func decodeBulkhead(at, n *yaml.Node, path string) (*limit.BulkheadSettings, err
 		case "maxWait":
 			s.MaxWait, err = duration(v, p)
 		}
-		if err != nil {
-			return nil, err
-		}
+		bad.add(err)
 	}
-	if err := missing(m, at, path, "maxConcurrent", "a bulkhead needs maxConcurrent (the calls in flight at once), a whole number >= 1"); err != nil {
-		return nil, err
+	bad.add(missing(m, at, path, "maxConcurrent", "a bulkhead needs maxConcurrent (the calls in flight at once), a whole number >= 1"))
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := limit.NewBulkhead(*s); err != nil {
 		return nil, wrapLimit(m, at, path, err)

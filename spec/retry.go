@@ -65,12 +65,15 @@ func (a *retryArgs) build() (*retry.Policy, error) {
 }
 
 // decodeRetry reads a retry. Each value is checked by retry's own
-// constructors as it is read, so that their errors name its field.
+// constructors as it is read, so that their errors name its field; every
+// value at fault is reported.
 func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	m, err := mapOf(n, path, "a retry", "attempts", "constant", "exponential", "jitter", "maxPushback", "retryWhenOpen", "fitDeadline", "budget")
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	a := &retryArgs{}
 	check := func(v *yaml.Node, p string, o retry.Option) error {
 		if _, err := retry.New(o); err != nil {
@@ -80,77 +83,48 @@ func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	}
 	if v := m.val("attempts"); v != nil {
 		p := join(path, "attempts")
-		if a.attempts, err = count(v, p); err != nil {
-			return nil, err
-		}
-		if err := check(v, p, retry.MaxAttempts(a.attempts)); err != nil {
-			return nil, err
+		if a.attempts, err = count(v, p); !bad.add(err) {
+			bad.add(check(v, p, retry.MaxAttempts(a.attempts)))
 		}
 	}
 	c, x := m.val("constant"), m.val("exponential")
-	if c != nil && x != nil {
-		return nil, errorf(m.keys["exponential"], join(path, "exponential"), "give constant or exponential, not both")
-	}
-	if c != nil {
+	switch {
+	case c != nil && x != nil:
+		bad.add(errorf(m.keys["exponential"], join(path, "exponential"), "give constant or exponential, not both"))
+	case c != nil:
 		a.schedule = "constant"
-		if a.initial, err = duration(c, join(path, "constant")); err != nil {
-			return nil, err
-		}
+		a.initial, err = duration(c, join(path, "constant"))
+		bad.add(err)
 		a.max = a.initial
-	}
-	if x != nil {
-		p := join(path, "exponential")
-		xm, err := mapOf(x, p, "an exponential schedule", "initial", "max")
-		if err != nil {
-			return nil, err
-		}
+	case x != nil:
 		a.schedule = "exponential"
-		for _, f := range []struct {
-			name string
-			d    *time.Duration
-		}{{"initial", &a.initial}, {"max", &a.max}} {
-			v := xm.val(f.name)
-			if v == nil {
-				return nil, errorf(m.keys["exponential"], join(p, f.name), "missing: exponential needs initial and max")
-			}
-			if *f.d, err = duration(v, join(p, f.name)); err != nil {
-				return nil, err
-			}
-		}
-		if err := check(m.keys["exponential"], p, retry.Exponential(a.initial, a.max)); err != nil {
-			return nil, err
-		}
+		bad.add(decodeExponential(m.keys["exponential"], x, join(path, "exponential"), a))
 	}
 	if v := m.val("jitter"); v != nil {
 		p := join(path, "jitter")
-		if a.jitter, err = number(v, p); err != nil {
-			return nil, err
-		}
-		if err := check(v, p, retry.Jitter(a.jitter)); err != nil {
-			return nil, err
+		if a.jitter, err = number(v, p); !bad.add(err) {
+			bad.add(check(v, p, retry.Jitter(a.jitter)))
 		}
 		a.hasJitter = true
 	}
 	if v := m.val("maxPushback"); v != nil {
-		if a.maxPushback, err = duration(v, join(path, "maxPushback")); err != nil {
-			return nil, err
-		}
+		a.maxPushback, err = duration(v, join(path, "maxPushback"))
+		bad.add(err)
 		a.hasMaxPushback = true
 	}
 	if v := m.val("retryWhenOpen"); v != nil {
-		if a.whenOpen, err = boolean(v, join(path, "retryWhenOpen")); err != nil {
-			return nil, err
-		}
+		a.whenOpen, err = boolean(v, join(path, "retryWhenOpen"))
+		bad.add(err)
 	}
 	if v := m.val("fitDeadline"); v != nil {
-		if a.fit, err = boolean(v, join(path, "fitDeadline")); err != nil {
-			return nil, err
-		}
+		a.fit, err = boolean(v, join(path, "fitDeadline"))
+		bad.add(err)
 	}
 	if v := m.val("budget"); v != nil {
-		if err := decodeBudget(m.keys["budget"], v, join(path, "budget"), a); err != nil {
-			return nil, err
-		}
+		bad.add(decodeBudget(m.keys["budget"], v, join(path, "budget"), a))
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := a.build(); err != nil {
 		return nil, wrap(at, path, err)
@@ -158,12 +132,44 @@ func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	return a, nil
 }
 
+// decodeExponential reads an exponential schedule: initial and max, both
+// required (at is its key).
+func decodeExponential(at, x *yaml.Node, p string, a *retryArgs) error {
+	xm, err := mapOf(x, p, "an exponential schedule", "initial", "max")
+	if xm == nil {
+		return err
+	}
+	var bad problems
+	bad.add(err)
+	for _, f := range []struct {
+		name string
+		d    *time.Duration
+	}{{"initial", &a.initial}, {"max", &a.max}} {
+		v := xm.val(f.name)
+		if v == nil {
+			bad.add(errorf(at, join(p, f.name), "missing: exponential needs initial and max"))
+			continue
+		}
+		*f.d, err = duration(v, join(p, f.name))
+		bad.add(err)
+	}
+	if bad.any() {
+		return bad.err()
+	}
+	if _, err := retry.New(retry.Exponential(a.initial, a.max)); err != nil {
+		return wrap(at, p, err)
+	}
+	return nil
+}
+
 // decodeBudget reads a retry budget: NewBudget's ratio and minPerSecond.
 func decodeBudget(at, n *yaml.Node, path string, a *retryArgs) error {
 	m, err := mapOf(n, path, "a retry budget", "ratio", "perSecond")
-	if err != nil {
+	if m == nil {
 		return err
 	}
+	var bad problems
+	bad.add(err)
 	for _, f := range []struct {
 		name string
 		v    *float64
@@ -171,19 +177,20 @@ func decodeBudget(at, n *yaml.Node, path string, a *retryArgs) error {
 		p := join(path, f.name)
 		v := m.val(f.name)
 		if v == nil {
-			return errorf(at, p, "missing: a budget needs ratio (retries per call) and perSecond (retries a second besides)")
+			bad.add(errorf(at, p, "missing: a budget needs ratio (retries per call) and perSecond (retries a second besides)"))
+			continue
 		}
-		if *f.v, err = number(v, p); err != nil {
-			return err
+		if *f.v, err = number(v, p); bad.add(err) {
+			continue
 		}
 		r, s := a.ratio, 0.0
 		if f.name == "perSecond" {
 			r, s = 0, a.perSecond
 		}
 		if _, err := retry.NewBudget(r, s); err != nil {
-			return wrap(v, p, err)
+			bad.add(wrap(v, p, err))
 		}
 	}
 	a.budget = true
-	return nil
+	return bad.err()
 }

@@ -32,7 +32,8 @@ type Spec struct {
 // Parse reads a spec in YAML or JSON (the format is in the package
 // documentation). It checks every value and builds the chain once, so that
 // anything wrong is reported now, as an [*Error] naming the line and the
-// field, and never later by [Spec.Chain].
+// field (several errors: all of them, each an [*Error], joined: see
+// "Errors" in the package documentation), and never later by [Spec.Chain].
 func Parse(data []byte) (*Spec, error) {
 	return parse("", data)
 }
@@ -50,8 +51,14 @@ func Load(path string) (*Spec, error) {
 func parse(file string, data []byte) (*Spec, error) {
 	s, err := decode(data)
 	if err != nil {
+		var list errorList
 		var e *Error
-		if errors.As(err, &e) {
+		switch {
+		case errors.As(err, &list):
+			for _, e := range list {
+				e.File = file
+			}
+		case errors.As(err, &e):
 			e.File = file
 		}
 		return nil, err
@@ -91,33 +98,38 @@ func decode(data []byte) (*Spec, error) {
 		return nil, &Error{Line: root.Line, Err: errEmpty}
 	}
 	m, err := mapOf(root, "", "a spec", "lint", "chain")
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var p problems
+	p.add(err)
 	s := &Spec{}
 	if n := m.val("lint"); n != nil {
-		if s.lint, err = decodeLint(n, "lint"); err != nil {
-			return nil, err
-		}
+		s.lint, err = decodeLint(n, "lint")
+		p.add(err)
 	}
 	seq := m.val("chain")
-	if seq == nil {
-		return nil, &Error{Line: root.Line, Path: "chain", Err: errors.New("missing: a spec needs chain: with at least one policy, outermost first")}
+	switch {
+	case seq == nil:
+		p.add(&Error{Line: root.Line, Path: "chain", Err: errors.New("missing: a spec needs chain: with at least one policy, outermost first")})
+		return nil, p.err()
+	case seq.Kind != yaml.SequenceNode:
+		p.add(errorf(seq, "chain", "expected a list of policies, outermost first, got %s", describe(seq)))
+		return nil, p.err()
+	case len(seq.Content) == 0:
+		p.add(errorf(seq, "chain", "empty: a chain needs at least one policy"))
+		return nil, p.err()
 	}
 	s.line = m.keys["chain"].Line
-	if seq.Kind != yaml.SequenceNode {
-		return nil, errorf(seq, "chain", "expected a list of policies, outermost first, got %s", describe(seq))
-	}
-	if len(seq.Content) == 0 {
-		return nil, errorf(seq, "chain", "empty: a chain needs at least one policy")
-	}
 	items, _ := list(seq, "chain", "policies")
 	for i, item := range items {
 		e, err := decodeEntry(item, index("chain", i))
-		if err != nil {
-			return nil, err
+		if !p.add(err) {
+			s.entries = append(s.entries, e)
 		}
-		s.entries = append(s.entries, e)
+	}
+	if p.any() {
+		return nil, p.err()
 	}
 	// Build the chain once: the lint's errors (Options.Strict) come now.
 	if _, err := s.Chain(); err != nil {

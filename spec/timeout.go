@@ -48,29 +48,34 @@ func decodeTimeout(at, n *yaml.Node, path string) (*timeoutArgs, error) {
 		return nil, errorf(n, path, "expected a timeout (a duration, or a mapping of timeout, latency, adaptive), got %s", describe(n))
 	}
 	m, err := mapOf(n, path, "a timeout", "timeout", "latency", "adaptive")
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	p := join(path, "timeout")
 	v := m.val("timeout")
 	if v == nil {
-		return nil, errorf(at, p, "missing: the timeout (the starting value of an adaptive one), a duration")
+		bad.add(errorf(at, p, "missing: the timeout (the starting value of an adaptive one), a duration"))
+		return nil, bad.err() // the rest is checked against it
 	}
-	if a.d, err = duration(v, p); err != nil {
-		return nil, err
+	if a.d, err = duration(v, p); bad.add(err) {
+		return nil, bad.err()
 	}
 	if _, err := timeout.New(a.d); err != nil {
-		return nil, wrap(v, p, err)
+		bad.add(wrap(v, p, err))
+		return nil, bad.err()
 	}
 	if v := m.val("latency"); v != nil {
-		if a.latency, err = decodeLatency(m.keys["latency"], v, join(path, "latency"), a.d); err != nil {
-			return nil, err
-		}
+		a.latency, err = decodeLatency(m.keys["latency"], v, join(path, "latency"), a.d)
+		bad.add(err)
 	}
 	if v := m.val("adaptive"); v != nil {
-		if a.adaptive, err = decodeAdaptive(m.keys["adaptive"], v, join(path, "adaptive"), a.d); err != nil {
-			return nil, err
-		}
+		a.adaptive, err = decodeAdaptive(m.keys["adaptive"], v, join(path, "adaptive"), a.d)
+		bad.add(err)
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := a.build(); err != nil {
 		return nil, wrap(at, path, err)
@@ -92,24 +97,28 @@ func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]quantile, 
 	}
 	var qs []quantile
 	var opts []timeout.Option
+	var bad problems
 	for i, item := range items {
 		ip := index(path, i)
 		m, err := mapOf(item, ip, "a latency quantile", "q", "latency")
-		if err != nil {
-			return nil, err
+		if bad.add(err) || m == nil {
+			continue
 		}
+		missing := false
 		for _, f := range []string{"q", "latency"} {
 			if m.val(f) == nil {
-				return nil, errorf(item, join(ip, f), "missing: a latency quantile needs q (a fraction of calls) and latency (the most they take)")
+				missing = bad.add(errorf(item, join(ip, f), "missing: a latency quantile needs q (a fraction of calls) and latency (the most they take)"))
 			}
 		}
-		q, err := number(m.val("q"), join(ip, "q"))
-		if err != nil {
-			return nil, err
+		if missing {
+			continue
 		}
-		l, err := duration(m.val("latency"), join(ip, "latency"))
-		if err != nil {
-			return nil, err
+		q, qerr := number(m.val("q"), join(ip, "q"))
+		l, lerr := duration(m.val("latency"), join(ip, "latency"))
+		bad.add(qerr)
+		bad.add(lerr)
+		if qerr != nil || lerr != nil {
+			continue
 		}
 		// Which of the two is at fault: each is tried with a valid other.
 		if _, err := timeout.New(d, timeout.Latency(q, l)); err != nil {
@@ -117,10 +126,14 @@ func decodeLatency(at, n *yaml.Node, path string, d time.Duration) ([]quantile, 
 			if _, qerr := timeout.New(d, timeout.Latency(q, time.Second)); qerr != nil {
 				f = "q"
 			}
-			return nil, wrap(m.val(f), join(ip, f), err)
+			bad.add(wrap(m.val(f), join(ip, f), err))
+			continue
 		}
 		qs = append(qs, quantile{Q: q, Latency: l})
 		opts = append(opts, timeout.Latency(q, l))
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := timeout.New(d, opts...); err != nil {
 		return nil, wrap(at, path, err)
@@ -135,9 +148,11 @@ var adaptiveFields = []string{"quantile", "multiplier", "min", "max", "window", 
 // its own (with the defaults of the others) and then together.
 func decodeAdaptive(at, n *yaml.Node, path string, d time.Duration) (*timeout.AdaptiveOptions, error) {
 	m, err := mapOf(n, path, "an adaptive timeout", adaptiveFields...)
-	if err != nil {
+	if m == nil {
 		return nil, err
 	}
+	var bad problems
+	bad.add(err)
 	o := &timeout.AdaptiveOptions{}
 	for _, name := range adaptiveFields {
 		v := m.val(name)
@@ -166,12 +181,15 @@ func decodeAdaptive(at, n *yaml.Node, path string, d time.Duration) (*timeout.Ad
 			one.MinSamples, err = count(v, p)
 			o.MinSamples = one.MinSamples
 		}
-		if err != nil {
-			return nil, err
+		if bad.add(err) {
+			continue
 		}
 		if _, err := timeout.New(d, timeout.Adaptive(one)); err != nil {
-			return nil, wrap(v, p, err)
+			bad.add(wrap(v, p, err))
 		}
+	}
+	if bad.any() {
+		return nil, bad.err()
 	}
 	if _, err := timeout.New(d, timeout.Adaptive(*o)); err != nil {
 		return nil, wrap(at, path, err)

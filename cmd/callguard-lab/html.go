@@ -8,13 +8,16 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
 // writeHTML writes the report to dir/index.html: one self-contained page
 // (inline CSS and SVG, nothing fetched) with the run's header, every table
 // with its setup, configurations, lint findings, notes and verdict, and a
-// picture of every timeline.
+// picture of every timeline, right after the table it belongs to (a
+// timeline no table claims comes at the page's end).
 //
 // The page is XHTML-compatible markup served as HTML: every element is
 // closed, every attribute quoted, and only numeric character references
@@ -46,7 +49,9 @@ type page struct {
 	Measured           int    // tables with no reference to judge against
 	Clock              string // whose time the pictures are in
 	Tables             []htmlTable
-	Timelines          []svgTimeline
+	Pictures           bool          // some timeline is drawn
+	Columns            int           // the pixel columns a timeline's marks are binned into
+	Timelines          []svgTimeline // the timelines no table claims
 }
 
 type htmlTable struct {
@@ -65,10 +70,11 @@ type htmlTable struct {
 	Class       string // pass, fail or info (measured, not judged)
 	Verdict     string
 	VerdictWord string
+	Figures     []svgTimeline // its timelines, drawn after it
 }
 
 func newPage(r *Report) page {
-	p := page{Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed), Clock: "the seed's time"}
+	p := page{Columns: plotWidth, Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed), Clock: "the seed's time"}
 	if r.Clock != "" {
 		p.Clock = r.Clock
 	}
@@ -78,6 +84,15 @@ func newPage(r *Report) page {
 	if !r.Started.IsZero() {
 		p.Started = r.Started.Format("2006-01-02 15:04:05 MST")
 		p.StartedTS = r.Started.Format(time.RFC3339)
+	}
+	laid := make([]*svgTimeline, len(r.Timelines))
+	for i, tl := range r.Timelines {
+		if tl != nil {
+			v := layoutTimeline(i+1, tl)
+			v.Clock = p.Clock
+			laid[i] = &v
+			p.Pictures = true
+		}
 	}
 	for i, t := range r.Tables {
 		if t == nil {
@@ -91,6 +106,9 @@ func newPage(r *Report) page {
 			ht.Scale = "the seed's own durations"
 		case t.Scale > 0:
 			ht.Scale = fmt.Sprintf("durations × %g, reported in the seed's time", t.Scale)
+			if len(t.Chains) > 0 {
+				ht.Scale += "; the configurations and the lint at the seed's durations"
+			}
 		}
 		switch {
 		case t.Unjudged:
@@ -108,11 +126,27 @@ func newPage(r *Report) page {
 			}
 			ht.Rows = append(ht.Rows, cells)
 		}
+		// Its timelines: those it names; a table that names none (a
+		// what-if scenario's) those whose id is its own or starts with it
+		// and a dash.
+		for j, tl := range r.Timelines {
+			if laid[j] == nil { // none, or another table's
+				continue
+			}
+			mine := slices.Contains(t.Timelines, tl.ID)
+			if len(t.Timelines) == 0 {
+				mine = tl.ID == t.ID || strings.HasPrefix(tl.ID, t.ID+"-")
+			}
+			if mine {
+				ht.Figures = append(ht.Figures, *laid[j])
+				laid[j] = nil
+			}
+		}
 		p.Tables = append(p.Tables, ht)
 	}
-	for i, tl := range r.Timelines {
-		if tl != nil {
-			p.Timelines = append(p.Timelines, layoutTimeline(i+1, tl))
+	for _, v := range laid {
+		if v != nil {
+			p.Timelines = append(p.Timelines, *v)
 		}
 	}
 	return p
@@ -164,6 +198,7 @@ section.table-fail { border-color: #e57373; }
 .meta { color: #555; font-size: 0.95em; }
 .meta span { margin-right: 1.5em; }
 .label { font-weight: 600; }
+div.scroll { overflow-x: auto; }
 table.results { border-collapse: collapse; margin: 0.8em 0; font-variant-numeric: tabular-nums; }
 table.results th, table.results td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 table.results th { background: #f3f3f3; }
@@ -180,9 +215,9 @@ p.verdict.fail { background: #ffebee; }
 .badge.fail { background: #c62828; }
 .badge.info { background: #455a64; }
 p.verdict.info { background: #eceff1; }
-figure { margin: 1.5em 0; }
-figure svg { width: 100%; max-width: 1000px; height: auto; display: block; }
-figcaption { color: #333; margin-top: 0.3em; }
+figure { margin: 1em 0 1.2em; }
+figure svg { width: 100%; max-width: 1000px; height: auto; display: block; border: 1px solid #eee; }
+figcaption { color: #333; margin-top: 0.3em; font-size: 0.95em; }
 .howto { color: #555; font-size: 0.95em; }
 </style>
 </head>
@@ -200,7 +235,8 @@ figcaption { color: #333; margin-top: 0.3em; }
 {{end}}</ul>
 {{end}}
 <h2>Tables</h2>
-{{range .Tables}}<section class="table table-{{.Class}}" id="{{.Anchor}}">
+{{if .Pictures}}<p class="howto">{{template "howto" .}}</p>
+{{end}}{{range .Tables}}<section class="table table-{{.Class}}" id="{{.Anchor}}">
 <h3>{{.ID}} {{.Title}}</h3>
 <p class="meta"><span><span class="label">id</span> {{.ID}}</span><span><span class="label">protocol</span> {{.Proto}}</span>{{if .Scale}}<span><span class="label">scale</span> {{.Scale}}</span>{{end}}</p>
 {{if .Setup}}<p><span class="label">Setup.</span> {{.Setup}}</p>
@@ -210,13 +246,13 @@ figcaption { color: #333; margin-top: 0.3em; }
 {{end}}</ol>
 {{end}}{{if .Findings}}<p class="label">Lint findings for the bad configuration</p>
 {{range .Findings}}<pre class="lint">{{.}}</pre>
-{{end}}{{end}}<table class="results">
+{{end}}{{end}}<div class="scroll"><table class="results">
 <thead><tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr></thead>
 <tbody>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</tbody>
-</table>
-{{if .Notes}}<p class="label">Notes</p>
+</table></div>
+{{range .Figures}}{{template "figure" .}}{{end}}{{if .Notes}}<p class="label">Notes</p>
 <ul>
 {{range .Notes}}<li>{{.}}</li>
 {{end}}</ul>
@@ -226,10 +262,12 @@ figcaption { color: #333; margin-top: 0.3em; }
 {{else}}<p>No tables.</p>
 {{end}}
 {{if .Timelines}}<h2>Timelines</h2>
-<p class="howto">Top band: the breaker's state. Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column (860 columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in {{.Clock}}.</p>
-{{range .Timelines}}{{$tl := .}}<figure id="{{.Anchor}}">
-<svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="{{.ViewBox}}" role="img" aria-labelledby="{{.Anchor}}-title" font-family="sans-serif" font-size="12">
-<title id="{{.Anchor}}-title">{{.ID}}: {{.Title}}</title>
+{{range .Timelines}}{{template "figure" .}}{{end}}{{end}}</body>
+</html>
+{{define "howto"}}How to read a timeline: the top band is the breaker's state (half-open outlined, and drawn at least a few pixels wide: a probe round lasts milliseconds); ticks above it mark the seed's reference instants, red where the run missed one (outside the tolerance plus the measured scheduling noise). Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column ({{.Columns}} columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in {{.Clock}}.{{end}}
+{{define "figure"}}{{$tl := .}}<figure id="{{.Anchor}}">
+<svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="{{.ViewBox}}" role="img" aria-labelledby="{{.Anchor}}-title" font-family="sans-serif" font-size="15">
+<title id="{{.Anchor}}-title">{{.Title}}</title>
 <defs>
 <pattern id="{{.PatternID}}" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
 <rect width="6" height="6" fill="#f2f2f2"/>
@@ -238,19 +276,19 @@ figcaption { color: #333; margin-top: 0.3em; }
 </defs>
 <rect x="0" y="0" width="{{.Width}}" height="{{.Height}}" fill="#ffffff"/>
 {{$pid := .PatternID}}{{range .Faults}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="url(#{{$pid}})"><title>{{.Label}}</title></rect>
-{{end}}{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.PlotTop}}" x2="{{.X}}" y2="{{$tl.AxisY}}" stroke="#000000" stroke-opacity="0.08"/>
-{{end}}<text x="{{.PlotLeft}}" dx="-8" y="{{.BandY}}" dy="15" text-anchor="end" font-weight="bold">breaker</text>
+{{end}}{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.BandY}}" x2="{{.X}}" y2="{{$tl.AxisY}}" stroke="#000000" stroke-opacity="0.08"/>
+{{end}}<text x="{{.PlotLeft}}" dx="-8" y="{{.BandY}}" dy="17" text-anchor="end" font-weight="bold">breaker</text>
 {{range .States}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}"><title>{{.Label}}</title></rect>
-{{end}}{{range .Rows}}<text x="{{$tl.PlotLeft}}" dx="-8" y="{{.LabelY}}" text-anchor="end">{{.Label}} ({{.Count}})</text>
+{{end}}{{range .HalfOpens}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{.Fill}}" stroke="#5d4037" stroke-width="1"><title>{{.Label}}</title></rect>
+{{end}}{{range .Refs}}<g><title>{{.Note}}</title><line x1="{{.X}}" y1="{{.Y1}}" x2="{{.X}}" y2="{{.Y2}}" stroke="{{.Color}}" stroke-width="1.2" stroke-dasharray="3 2"/><text x="{{.X}}" y="{{.LabelY}}" text-anchor="middle" font-size="13" fill="{{.Color}}" font-weight="{{.Weight}}">{{.Label}}</text></g>
+{{end}}{{range .Rows}}<text x="{{$tl.PlotLeft}}" dx="-8" y="{{.LabelY}}" text-anchor="end">{{.Label}} ({{.CountText}})</text>
 <line x1="{{$tl.PlotLeft}}" y1="{{.BaselineY}}" x2="{{$tl.PlotRight}}" y2="{{.BaselineY}}" stroke="#bdbdbd" stroke-width="0.5"/>
 {{$c := .Color}}{{range .Marks}}<rect x="{{.X}}" y="{{.Y}}" width="{{.W}}" height="{{.H}}" fill="{{$c}}" fill-opacity="{{.Opacity}}"/>
 {{end}}{{end}}<line x1="{{.PlotLeft}}" y1="{{.AxisY}}" x2="{{.PlotRight}}" y2="{{.AxisY}}" stroke="#424242"/>
-{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.AxisY}}" x2="{{.X}}" y2="{{$tl.TickEnd}}" stroke="#424242"/><text x="{{.X}}" y="{{$tl.AxisY}}" dy="16" text-anchor="middle">{{.Label}}</text>
-{{end}}<text x="{{.AxisTitleX}}" y="{{.AxisTitleY}}" text-anchor="end" fill="#555555">seconds ({{$.Clock}})</text>
-{{range .Legend}}{{if .Hatch}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="url(#{{$pid}})" stroke="#bdbdbd" stroke-width="0.5"/>{{else}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="{{.Fill}}"/>{{end}}<text x="{{.TextX}}" y="{{.Y}}">{{.Label}}</text>
+{{range .Ticks}}<line x1="{{.X}}" y1="{{$tl.AxisY}}" x2="{{.X}}" y2="{{$tl.TickEnd}}" stroke="#424242"/><text x="{{.X}}" y="{{$tl.AxisY}}" dy="18" text-anchor="middle">{{.Label}}</text>
+{{end}}<text x="{{.AxisTitleX}}" y="{{.AxisTitleY}}" text-anchor="end" fill="#555555">seconds ({{.Clock}})</text>
+{{range .Legend}}{{if eq .Kind "hatch"}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="13" fill="url(#{{$pid}})" stroke="#bdbdbd" stroke-width="0.5"/>{{else if eq .Kind "tick"}}<line x1="{{.TickX}}" y1="{{.TickY1}}" x2="{{.TickX}}" y2="{{.TickY2}}" stroke="{{.Fill}}" stroke-width="1.2" stroke-dasharray="3 2"/>{{else if eq .Kind "half-open"}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="{{.Fill}}" stroke="#5d4037" stroke-width="1"/>{{else}}<rect x="{{.X}}" y="{{.SwatchY}}" width="14" height="12" fill="{{.Fill}}"/>{{end}}<text x="{{.TextX}}" y="{{.Y}}">{{.Label}}</text>
 {{end}}</svg>
-<figcaption><strong>{{.ID}}</strong>: {{.Title}} — {{.MarkCount}} requests over {{.Duration}}.</figcaption>
+<figcaption><strong>{{.Title}}</strong> — {{.Caption}}</figcaption>
 </figure>
-{{end}}{{end}}</body>
-</html>
-`))
+{{end}}`))

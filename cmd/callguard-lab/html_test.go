@@ -4,8 +4,11 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +45,9 @@ func htmlTestReport() *Report {
 	sparse := &Timeline{ID: "A1-http-native", Title: "A1 over http, native engine", Duration: 8,
 		States: []StateSpan{{0, 0.75, "closed"}, {0.75, 1.775, "open"}, {1.775, 1.776, "half-open"}, {1.776, 2.8, "open"},
 			{2.8, 2.95, "half-open"}, {2.95, 8, "closed"}},
-		Faults: [][2]float64{{0.5, 2}, {4, 5.5}}}
+		Faults: [][2]float64{{0.5, 2}, {4, 5.5}},
+		Refs: []TimelineRef{{At: 0.7, Label: "1", Note: "1 closed → open: the seed's 700 ms, measured 750 ms"},
+			{At: 1.75, Label: "2", Note: "2 open → half-open"}, {At: 1.75, Label: "3", Note: "3 half-open → open", Off: true}}}
 	for i := range 160 {
 		at := float64(i) * 0.05
 		kind := "ok"
@@ -222,12 +227,12 @@ func TestHTMLReport(t *testing.T) {
 			switch {
 			case e.name.Local == "title" && inside && e.attrs["id"] == fmt.Sprintf("timeline-%d-title", i+1):
 				title = e.text
-			case e.name.Local == "figcaption" && strings.Contains(e.text, tl.ID):
+			case e.name.Local == "figcaption" && strings.HasPrefix(e.text, tl.Title+" — "):
 				caption = e.text
 			}
 		}
-		if !strings.Contains(title, tl.Title) || !strings.Contains(caption, tl.Title) {
-			t.Errorf("timeline %s: svg title %q, caption %q: want both to name %q", tl.ID, title, caption, tl.Title)
+		if title != tl.Title || caption == "" {
+			t.Errorf("timeline %s: svg title %q, caption %q: want both to be its title %q (once)", tl.ID, title, caption, tl.Title)
 		}
 	}
 	// Count the mark rects per picture: at most one per pixel column per
@@ -286,5 +291,103 @@ func TestHTMLEmptyReport(t *testing.T) {
 	parseXHTML(t, string(b))
 	if err := writeHTML(dir, nil); err == nil {
 		t.Error("writeHTML(nil): no error")
+	}
+}
+
+// TestHTMLTimelinesBesideTables: a timeline is drawn right after the table
+// it belongs to, with the seed's reference instants, its half-open stays
+// wide enough to see, and a caption whose counts say what they count.
+func TestHTMLTimelinesBesideTables(t *testing.T) {
+	r := htmlTestReport()
+	k1 := &Table{ID: "K1", Title: "kill -9", Proto: "http", Scale: 1, Columns: []string{"what"}, Rows: [][]Cell{{text("opened")}},
+		Pass: true, Verdict: "reproduced", Timelines: []string{"K1-run"}}
+	r.Tables = append(r.Tables, k1)
+	r.Timelines = append(r.Timelines, &Timeline{ID: "K1-run", Title: "K1 over HTTP: killed at 1s", Duration: 4,
+		States: []StateSpan{{0, 4, "closed"}}, Marks: []TimelineMark{{At: 1, Kind: "ok", N: 12345}}, Caption: "12,345 calls made."})
+	dir := t.TempDir()
+	if err := writeHTML(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	elems := parseXHTML(t, page)
+
+	// Where each figure is: A1's (claimed by its id's prefix) inside the
+	// first section, after its table; K1's (named by the table) in the
+	// third; the dense one, no table's, after the last section.
+	at := func(s string) int {
+		i := strings.Index(page, s)
+		if i < 0 {
+			t.Fatalf("the page has no %q", s)
+		}
+		return i
+	}
+	sections := []int{at(`id="table-1"`), at(`id="table-2"`), at(`id="table-3"`)}
+	for _, c := range []struct {
+		figure string
+		after  int // the section it must be in, after its table
+	}{{`<figure id="timeline-1"`, 0}, {`<figure id="timeline-3"`, 2}} {
+		f := at(c.figure)
+		start := sections[c.after]
+		end := start + strings.Index(page[start:], "</section>")
+		tableEnd := start + strings.Index(page[start:], "</table>")
+		if f < tableEnd || f > end {
+			t.Errorf("%s at %d: want it in section %d, after its table (%d to %d)", c.figure, f, c.after+1, tableEnd, end)
+		}
+	}
+	if f, h := at(`<figure id="timeline-2"`), at("<h2>Timelines</h2>"); f < h || h < sections[2] {
+		t.Errorf("the timeline no table claims is at %d, the Timelines heading at %d: want both after the last table (%d)", f, h, sections[2])
+	}
+
+	var halfOpen *xmlElem
+	var refLabels, refNotes []string
+	red := map[string]bool{}
+	captions := map[string]string{}
+	for _, e := range elems {
+		switch {
+		case e.name.Local == "rect" && strings.HasPrefix(e.text, "half-open, 1.775 s to 1.776 s"):
+			halfOpen = e
+		case e.name.Local == "text" && e.attrs["font-size"] == "13":
+			refLabels = append(refLabels, e.text)
+			red[e.text] = e.attrs["fill"] == "#b71c1c"
+		case e.name.Local == "g":
+			refNotes = append(refNotes, e.text)
+		case e.name.Local == "figcaption":
+			captions[e.text] = e.text
+		}
+	}
+	// A 1 ms half-open stay is 0.1 units wide at its true width.
+	if halfOpen == nil {
+		t.Fatal("no half-open rect for the 1.775 s stay")
+	}
+	if w, _ := strconv.ParseFloat(halfOpen.attrs["width"], 64); w < minHalf || halfOpen.attrs["stroke"] == "" {
+		t.Errorf("the 1 ms half-open stay is drawn %v wide, stroke %q: want at least %d, outlined", w, halfOpen.attrs["stroke"], minHalf)
+	}
+	// The references: 2 and 3 fall on one column, 3 missed.
+	if !slices.Equal(refLabels, []string{"1", "2,3"}) || red["1"] || !red["2,3"] {
+		t.Errorf("reference labels %q (red: %v): want 1 and 2,3, only 2,3 red", refLabels, red)
+	}
+	if len(refNotes) != 2 || !strings.Contains(refNotes[0], "measured 750 ms") || !strings.Contains(refNotes[1], "3 half-open → open") {
+		t.Errorf("reference notes %q: want the seed's and the measured instant on hover", refNotes)
+	}
+	for _, want := range []string{
+		"A1 over http, native engine — 160 requests over 8 s.",
+		"K1 over HTTP: killed at 1s — 12,345 calls made.",
+		"C4 over grpc, timeout 50ms </title><script>alert(1)</script> — 6,000 requests over 20 s.",
+	} {
+		if captions[want] == "" {
+			t.Errorf("no caption %q; captions: %q", want, slices.Collect(maps.Keys(captions)))
+		}
+	}
+	if !strings.Contains(page, ">ok (12,345)<") {
+		t.Error("the row of ok marks is not labelled with its count, 12,345")
+	}
+	for _, legend := range []string{"half-open (outlined, widened if short)", "reference instant", "missed (outside tolerance + noise)"} {
+		if !slices.ContainsFunc(elems, func(e *xmlElem) bool { return e.name.Local == "text" && e.text == legend }) {
+			t.Errorf("the legend does not say %q", legend)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -10,12 +11,14 @@ import (
 // pixel column of the plot at the picture's natural width.
 const (
 	svgWidth   = 1000
-	plotLeft   = 120
-	plotWidth  = 860 // pixel columns the marks are binned into
+	plotLeft   = 155
+	plotWidth  = 830 // pixel columns the marks are binned into
 	plotTop    = 10
-	bandHeight = 22 // the breaker's state
+	bandHeight = 24 // the breaker's state
 	rowGap     = 6
-	rowHeight  = 16 // one row of marks per kind
+	rowHeight  = 18 // one row of marks per kind
+	refRow     = 16 // a row of reference labels above the band
+	minHalf    = 5  // the narrowest a half-open stay is drawn: a probe round lasts milliseconds
 )
 
 var (
@@ -40,12 +43,16 @@ type svgTimeline struct {
 	AxisTitleX        string
 	AxisTitleY        string
 	States            []svgRect
+	HalfOpens         []svgRect // drawn over the other states, at least minHalf wide, outlined
+	Refs              []svgRef
 	Faults            []svgRect
 	Rows              []svgRow
 	Ticks             []svgTick
 	Legend            []svgLegend
 	MarkCount         int
-	DrawnMarks        int // the rects the marks became
+	DrawnMarks        int    // the rects the marks became
+	Caption           string // what it shows, in numbers
+	Clock             string // whose time it is in
 }
 
 type svgRect struct {
@@ -61,6 +68,7 @@ type svgRow struct {
 	Y, H      string
 	Color     string
 	Count     int
+	CountText string // Count, as the caption writes numbers
 	Marks     []svgRect
 	BaselineY string
 }
@@ -69,12 +77,25 @@ type svgTick struct {
 	X, Label string
 }
 
+// svgRef is a reference instant: a tick through the band, its label above.
+type svgRef struct {
+	X, Y1, Y2 string
+	LabelY    string
+	Label     string
+	Note      string
+	Color     string
+	Weight    string // the label's font weight
+}
+
 type svgLegend struct {
 	X, Y, SwatchY string
 	TextX         string
 	Fill          string
-	Hatch         bool
+	Kind          string // "" (a swatch of Fill), "hatch", "tick", "half-open"
 	Label         string
+	TickX         string
+	TickY1        string
+	TickY2        string
 }
 
 func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
@@ -130,7 +151,8 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		c[min(max(col, 0), plotWidth-1)] += m.count()
 	}
 
-	bandY := float64(plotTop)
+	refs, refRows := layoutRefs(tl.Refs, xOf)
+	bandY := float64(plotTop) + float64(refRows)*refRow
 	rowsTop := bandY + bandHeight + rowGap
 	rowsBottom := rowsTop + float64(len(kinds))*(rowHeight+rowGap)
 	axisY := rowsBottom
@@ -139,10 +161,19 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		ID: tl.ID, Title: tl.Title, Duration: fmt.Sprintf("%g s", dur),
 		PlotLeft: f1(plotLeft), PlotTop: f1(plotTop), PlotRight: f1(plotLeft + plotWidth),
 		BandY: f1(bandY), BandH: f1(bandHeight),
-		AxisY: f1(axisY), TickEnd: f1(axisY + 5), AxisTitleX: f1(plotLeft + plotWidth), AxisTitleY: f1(axisY + 30),
+		AxisY: f1(axisY), TickEnd: f1(axisY + 5), AxisTitleX: f1(plotLeft + plotWidth), AxisTitleY: f1(axisY + 36),
 	}
 	for _, m := range tl.Marks {
 		v.MarkCount += m.count()
+	}
+	for _, r := range refs {
+		color, weight := "#212121", "normal"
+		if r.off {
+			color, weight = "#b71c1c", "bold"
+		}
+		labelY := bandY - 3 - float64(r.row-1)*refRow
+		v.Refs = append(v.Refs, svgRef{X: f1(r.x), Y1: f1(labelY + 2), Y2: f1(bandY + bandHeight + 3),
+			LabelY: f1(labelY), Label: r.label, Note: r.note, Color: color, Weight: weight})
 	}
 
 	for _, s := range tl.States {
@@ -154,9 +185,18 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		if !ok {
 			color = otherColor
 		}
+		r := svgRect{X: f1(x0), Y: f1(bandY), W: f1(math.Max(x1-x0, 1)), H: f1(bandHeight),
+			Fill: color, Label: fmt.Sprintf("%s, %.3f s to %.3f s (%s)", s.State, s.From, s.To, quantity((s.To-s.From)*1000, "ms"))}
+		if s.State == "half-open" {
+			// A probe round lasts milliseconds: drawn at least minHalf wide
+			// (into what follows, within the plot), over the other states.
+			w := math.Max(x1-x0, minHalf)
+			r.X, r.W = f1(math.Min(x0, plotLeft+plotWidth-w)), f1(w)
+			v.HalfOpens = append(v.HalfOpens, r)
+			continue
+		}
 		// A span shorter than a pixel column still shows, one column wide.
-		v.States = append(v.States, svgRect{X: f1(x0), Y: f1(bandY), W: f1(math.Max(x1-x0, 1)), H: f1(bandHeight),
-			Fill: color, Label: fmt.Sprintf("%s, %.3f s to %.3f s", s.State, s.From, s.To)})
+		v.States = append(v.States, r)
 	}
 	for _, f := range tl.Faults {
 		x0, x1 := xOf(f[0]), xOf(f[1])
@@ -173,7 +213,7 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		if !ok {
 			color = otherColor
 		}
-		row := svgRow{Label: k, LabelY: f1(y + rowHeight/2 + 4), Y: f1(y), H: f1(rowHeight), Color: color,
+		row := svgRow{Label: k, LabelY: f1(y + rowHeight/2 + 5), Y: f1(y), H: f1(rowHeight), Color: color,
 			BaselineY: f1(y + rowHeight)}
 		c := counts[k]
 		for col := 0; col < plotWidth; {
@@ -192,6 +232,7 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 				Fill: color, Opacity: op})
 			col = end
 		}
+		row.CountText = quantity(float64(row.Count), "")
 		v.DrawnMarks += len(row.Marks)
 		v.Rows = append(v.Rows, row)
 	}
@@ -205,33 +246,109 @@ func layoutTimeline(n int, tl *Timeline) svgTimeline {
 		v.Ticks = append(v.Ticks, svgTick{X: f1(xOf(t)), Label: strconv.FormatFloat(t, 'f', -1, 64)})
 	}
 
-	// The legend: the states, the fault windows, the marks' darkness.
-	legendY := axisY + 48
+	// The legend: the states, the fault windows, the reference ticks; on
+	// as many lines as it needs.
+	legendY := axisY + 60
 	x := float64(plotLeft)
-	add := func(fill, label string, hatch bool) {
-		v.Legend = append(v.Legend, svgLegend{X: f1(x), Y: f1(legendY), SwatchY: f1(legendY - 10), TextX: f1(x + 18),
-			Fill: fill, Hatch: hatch, Label: label})
-		x += 18 + 7*float64(len([]rune(label))) + 16
+	add := func(fill, label, kind string) {
+		w := 18 + 7*float64(len([]rune(label))) + 16
+		if x > plotLeft && x+w-16 > svgWidth {
+			x, legendY = plotLeft, legendY+21
+		}
+		v.Legend = append(v.Legend, svgLegend{X: f1(x), Y: f1(legendY), SwatchY: f1(legendY - 11), TextX: f1(x + 18),
+			Fill: fill, Kind: kind, Label: label, TickX: f1(x + 7), TickY1: f1(legendY - 12), TickY2: f1(legendY + 2)})
+		x += w
 	}
 	seen := map[string]bool{}
+	for _, s := range tl.States {
+		seen[s.State] = true
+	}
 	for _, s := range stateOrder {
-		seen[s] = true
-		add(stateColors[s], s, false)
+		if !seen[s] {
+			continue
+		}
+		kind, label := "", s
+		if s == "half-open" {
+			kind, label = "half-open", "half-open (outlined, widened if short)"
+		}
+		add(stateColors[s], label, kind)
 	}
 	for _, s := range tl.States {
-		if !seen[s.State] {
-			seen[s.State] = true
-			add(otherColor, s.State, false)
+		if !slices.Contains(stateOrder, s.State) && seen[s.State] {
+			seen[s.State] = false // once
+			add(otherColor, s.State, "")
 		}
 	}
 	if len(tl.Faults) > 0 {
-		add("", "downstream failing", true)
+		add("", "downstream failing", "hatch")
+	}
+	if len(refs) > 0 {
+		add("#212121", "reference instant", "tick")
+	}
+	for _, r := range refs {
+		if r.off {
+			add("#b71c1c", "missed (outside tolerance + noise)", "tick")
+			break
+		}
 	}
 
+	v.Caption = tl.Caption
+	if v.Caption == "" {
+		v.Caption = fmt.Sprintf("%s requests over %s.", quantity(float64(v.MarkCount), ""), v.Duration)
+	}
 	v.Width = svgWidth
-	v.Height = int(legendY + 12)
+	v.Height = int(legendY + 14)
 	v.ViewBox = fmt.Sprintf("0 0 %d %d", v.Width, v.Height)
 	return v
+}
+
+// ref is a reference tick laid out: its x, its label row (0 at the top).
+type ref struct {
+	x           float64
+	row         int
+	label, note string
+	off         bool
+}
+
+// layoutRefs merges the references that fall on the same pixel column
+// (A1's transitions 2 and 3 are both at 1750 ms) and puts each label on
+// the first row where it does not overlap its left neighbour; it returns
+// them and the rows they take.
+func layoutRefs(in []TimelineRef, xOf func(float64) float64) ([]ref, int) {
+	var out []ref
+	for _, r := range in {
+		x := xOf(r.At)
+		if n := len(out); n > 0 && math.Abs(out[n-1].x-x) < 1 {
+			out[n-1].label += "," + r.Label
+			out[n-1].note += "; " + r.Note
+			out[n-1].off = out[n-1].off || r.Off
+			continue
+		}
+		out = append(out, ref{x: x, label: r.Label, note: r.Note, off: r.Off})
+	}
+	if len(out) == 0 {
+		return nil, 0
+	}
+	rows := 1
+	ends := []float64{math.Inf(-1)} // per row, where its last label ends
+	for i := range out {
+		half := 4 * float64(len([]rune(out[i].label)))
+		row := 0
+		for row < len(ends) && out[i].x-half < ends[row]+3 {
+			row++
+		}
+		if row == len(ends) {
+			ends = append(ends, math.Inf(-1))
+		}
+		ends[row] = out[i].x + half
+		out[i].row = row
+		rows = max(rows, row+1)
+	}
+	// Rows count from 1, the one nearest the band.
+	for i := range out {
+		out[i].row++
+	}
+	return out, rows
 }
 
 // markOpacity is how dark a pixel column of marks is drawn: 1, 2–3, 4 or

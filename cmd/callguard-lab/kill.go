@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -305,26 +306,49 @@ func (l *lab) kill(string) error {
 			callers, deadline, c, killAt, restartAt, end),
 		Columns:   []string{"what", "measured", "expected"},
 		Tolerance: "the breaker opens within 0.5 s of the kill, probes, and closes within 0.5 s of the restart; no request returns later than its deadline (+ 50 ms)"}
-	d := func(v time.Duration) string {
+	// An instant in seconds, or "never" with no value.
+	instant := func(v time.Duration) Cell {
 		if v < 0 {
-			return "never"
+			return text("never")
 		}
-		return fmt.Sprintf("%.2f s", v.Seconds())
+		return num(v.Seconds(), "s", none, "%.2f s")
+	}
+	count := func(v int) Cell { return num(float64(v), "requests", none, "%.0f") }
+	const allowed = 500 * time.Millisecond
+	span := func(from time.Duration) string {
+		return fmt.Sprintf("%.2f–%.2f s", from.Seconds(), (from + allowed).Seconds())
 	}
 	t.Rows = [][]Cell{
-		{text("breaker opened"), text(d(opened)), text(fmt.Sprintf("%.2f–%.2f s", killAt.Seconds(), (killAt + 500*time.Millisecond).Seconds()))},
-		{text("first half-open (probes)"), text(d(halfOpened)), text("after it opened")},
-		{text("closed again"), text(d(closedAfter)), text(fmt.Sprintf("%.2f–%.2f s", restartAt.Seconds(), (restartAt + 500*time.Millisecond).Seconds()))},
-		{text("requests: ok / failed / rejected by the breaker"), text(fmt.Sprintf("%d / %d / %d", ok, failed, rejected)), text("rejected while down")},
-		{text("requests later than their deadline"), text(fmt.Sprintf("%d (the slowest took %v)", late, worst.Round(time.Millisecond))), text(fmt.Sprintf("0 (deadline %v)", deadline))},
+		{text("breaker opened"), instant(opened), text(span(killAt))},
+		{text("first half-open (probes)"), instant(halfOpened), text("after it opened")},
+		{text("closed again"), instant(closedAfter), text(span(restartAt))},
+		{text("requests ok"), count(ok), text("")},
+		{text("requests failed"), count(failed), text("")},
+		{text("requests rejected by the breaker"), count(rejected), text("more than 0: rejected while down")},
+		{text(fmt.Sprintf("requests later than their deadline + 50 ms (%v)", deadline+50*time.Millisecond)), count(late), text("0")},
+		{text("the slowest request"), num(ms(worst), "ms", none, "%.0f ms"), text(fmt.Sprintf("at most %v", deadline+50*time.Millisecond))},
 	}
-	t.expect("the breaker opened within 0.5 s of the kill", opened >= killAt && opened <= killAt+500*time.Millisecond)
+	t.Noise = l.measured(1)
+	// window checks that at is within allowed after from, and returns a
+	// reference tick at the latest instant allowed, marked off if not.
+	window := func(what, label string, at, from time.Duration) TimelineRef {
+		if at < 0 {
+			t.expect(what+": never", false)
+		} else {
+			t.between(what, at.Seconds(), from.Seconds(), (from + allowed).Seconds(), "s", true)
+		}
+		return TimelineRef{At: (from + allowed).Seconds(), Label: label, Note: fmt.Sprintf("%s: by %.2f s", what, (from + allowed).Seconds()),
+			Off: !t.checks[len(t.checks)-1].pass(t.allowance("s"))}
+	}
+	openBy := window("the breaker opened within 0.5 s of the kill", "open by", opened, killAt)
 	t.expect("it went half-open after opening", halfOpened > opened && opened >= 0)
-	t.expect("it closed within 0.5 s of the restart", closedAfter >= restartAt && closedAfter <= restartAt+500*time.Millisecond)
-	t.expect("no request later than its deadline", late == 0)
-	t.expect("rejections while the downstream was down", rejected > 0)
+	closedBy := window("it closed within 0.5 s of the restart", "closed by", closedAfter, restartAt)
+	t.between("the slowest request, against its deadline + 50 ms", ms(worst), math.Inf(-1), ms(deadline+50*time.Millisecond), "ms", true)
+	t.between("rejections while the downstream was down", float64(rejected), 1, math.Inf(1), "requests", false)
 	t.Notes = append(t.Notes, "transitions: "+fmt.Sprint(events))
-	l.report.Timelines = append(l.report.Timelines, timeline("K1", fmt.Sprintf("K1: the downstream process killed at %v and restarted at %v", killAt, restartAt), end, changes, marks, [][2]time.Duration{{killAt, restartAt}}))
+	tl := timeline("K1", fmt.Sprintf("K1 over HTTP: the downstream process killed at %v and restarted at %v", killAt, restartAt), end, changes, marks, [][2]time.Duration{{killAt, restartAt}})
+	tl.Refs = []TimelineRef{openBy, closedBy}
+	l.report.Timelines = append(l.report.Timelines, tl)
 	l.add(t)
 	return nil
 }

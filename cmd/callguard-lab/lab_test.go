@@ -163,4 +163,13 @@ func TestKillAndRestart(t *testing.T) {
 		!slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }) {
 		t.Errorf("K1's timeline: %+v", r.Timelines)
 	}
+	// Every measured cell is a number with its unit, as in the other tables.
+	for _, row := range r.Tables[0].Rows {
+		if c := row[1]; c.Value == nil || c.Unit == "" {
+			t.Errorf("K1's %q: measured %q has no value or no unit (%v, %q)", row[0].Text, c.Text, c.Value, c.Unit)
+		}
+	}
+	if tl := r.Timelines[0]; strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
+		t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -20,25 +22,52 @@ type Report struct {
 	Tables    []*Table    `json:"tables"`
 	Timelines []*Timeline `json:"timelines,omitempty"`
 	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the seed's)
+	// The run's worst scheduling noise (a bare timer's lateness, see
+	// Table.Noise) over every real-time experiment, and its samples.
+	NoiseMax     float64 `json:"noise_max_ms,omitempty"`
+	NoiseSamples int     `json:"noise_samples,omitempty"`
 }
 
 // Table is one experiment's results, printed as the seed prints it.
 type Table struct {
-	ID        string     `json:"id"`    // "A1", "C2", …
-	Title     string     `json:"title"` // what it is
-	Proto     string     `json:"proto,omitempty"`
-	Scale     float64    `json:"scale"` // durations × this (1: the seed's own)
-	Setup     string     `json:"setup,omitempty"`
-	Columns   []string   `json:"columns"`
-	Rows      [][]Cell   `json:"rows"`
-	Findings  []string   `json:"findings,omitempty"` // the lint's, verbatim, for the bad configuration
-	Chains    []string   `json:"chains,omitempty"`   // the configurations compared
-	Tolerance string     `json:"tolerance,omitempty"`
-	Pass      bool       `json:"pass"`
-	Unjudged  bool       `json:"unjudged,omitempty"` // measured only: no reference to judge against (Pass is then meaningless)
-	Verdict   string     `json:"verdict"`
-	Notes     []string   `json:"notes,omitempty"` // where a measured value differs from the reference, why
+	ID        string   `json:"id"`    // "A1", "C2", …
+	Title     string   `json:"title"` // what it is
+	Proto     string   `json:"proto,omitempty"`
+	Scale     float64  `json:"scale"` // durations × this (1: the seed's own)
+	Setup     string   `json:"setup,omitempty"`
+	Columns   []string `json:"columns"`
+	Rows      [][]Cell `json:"rows"`
+	Findings  []string `json:"findings,omitempty"` // the lint's, verbatim, for the bad configuration
+	Chains    []string `json:"chains,omitempty"`   // the configurations compared
+	Tolerance string   `json:"tolerance,omitempty"`
+	Pass      bool     `json:"pass"`
+	Unjudged  bool     `json:"unjudged,omitempty"` // measured only: no reference to judge against (Pass is then meaningless)
+	Verdict   string   `json:"verdict"`
+	Notes     []string `json:"notes,omitempty"` // where a measured value differs from the reference, why
+	// Noise is the scheduling noise measured beside a real-time experiment
+	// (nil: in virtual time, or not measured): its timing values are
+	// judged against their tolerance plus this much lateness.
+	Noise     *Noise     `json:"noise,omitempty"`
+	Timelines []string   `json:"timelines,omitempty"` // the ids of its timelines, drawn beside it in the report
 	checks    []checkRes // the comparisons behind the verdict
+}
+
+// Noise is how late a bare timer woke up while an experiment ran, sampled
+// over and over beside it: the machine's scheduling noise. Times in real
+// milliseconds; Allowance in the seed's (the lateness ÷ the scale).
+type Noise struct {
+	Period    float64 `json:"period_ms"` // the timer each sample waited for
+	Samples   int     `json:"samples"`
+	P50       float64 `json:"p50_ms"`
+	P99       float64 `json:"p99_ms"`
+	Max       float64 `json:"max_ms"`
+	Allowance float64 `json:"allowance_ms"` // how much later than its tolerance a timing value may be: Max ÷ the scale
+}
+
+// String says what the noise was, for a verdict.
+func (n *Noise) String() string {
+	return fmt.Sprintf("scheduling noise: a bare %s timer woke up to %s late (p99 %s, %s samples)",
+		quantity(n.Period, "ms"), quantity(n.Max, "ms"), quantity(n.P99, "ms"), quantity(float64(n.Samples), ""))
 }
 
 // Cell is one value: measured, with its unit, and the seed's reference
@@ -50,31 +79,59 @@ type Cell struct {
 	Reference *float64 `json:"reference,omitempty"`
 }
 
+// checkRes is one comparison behind a verdict: a condition (expect), or a
+// measured number and the range it must fall in, judged when the table is.
 type checkRes struct {
-	what string
-	ok   bool
+	what   string
+	ok     bool    // a condition's outcome (num false)
+	num    bool    // a number: got within [lo, hi]
+	got    float64 //
+	lo, hi float64 // the range accepted, before any noise
+	want   float64 // the seed's value (NaN: a range, no single value)
+	tol    float64 // ± around want
+	unit   string  // "ms" or "s" for times; else what is counted, or ""
+	timing bool    // a real-time instant or latency: hi widened by the noise
 }
 
 func text(s string) Cell { return Cell{Text: s} }
 
-// num is a measured number with a unit, and its reference (NaN: none).
+// num is a measured number with a unit, and its reference (NaN: none),
+// written with format ("%.0f": a whole number, its thousands separated).
 func num(v float64, unit string, ref float64, format string) Cell {
-	c := Cell{Text: fmt.Sprintf(format, v), Value: &v, Unit: unit}
+	f := func(x float64) string {
+		if format == "%.0f" {
+			return quantity(x, "")
+		}
+		return fmt.Sprintf(format, x)
+	}
+	c := Cell{Text: f(v), Value: &v, Unit: unit}
 	if !math.IsNaN(ref) {
 		c.Reference = &ref
-		c.Text += fmt.Sprintf(" (seed "+format+")", ref)
+		c.Text += " (seed " + f(ref) + ")"
 	}
 	return c
 }
 
 var none = math.NaN()
 
-// check compares a measured value with its reference, within tol
-// (absolute), and records the result for the table's verdict.
-func (t *Table) check(what string, got, want, tol float64) bool {
-	ok := math.Abs(got-want) <= tol
-	t.checks = append(t.checks, checkRes{what: fmt.Sprintf("%s: %.3g (seed %.3g, ± %.3g)", what, got, want, tol), ok: ok})
-	return ok
+// check records, for the table's verdict, a measured value got that must
+// be within tol of the seed's want, in unit ("ms", "s", or what is
+// counted). A count with tol 0 is exact; no noise widens it.
+func (t *Table) check(what string, got, want, tol float64, unit string) {
+	t.checks = append(t.checks, checkRes{what: what, num: true, got: got, lo: want - tol, hi: want + tol, want: want, tol: tol, unit: unit})
+}
+
+// checkTime is check for a time measured in real time ("ms" or "s", in the
+// seed's time): it may also be later than want + tol by the scheduling
+// noise measured beside it, never earlier than want − tol.
+func (t *Table) checkTime(what string, got, want, tol float64, unit string) {
+	t.checks = append(t.checks, checkRes{what: what, num: true, got: got, lo: want - tol, hi: want + tol, want: want, tol: tol, unit: unit, timing: true})
+}
+
+// between records a measured value that must be within [lo, hi] (either
+// may be infinite); timing as in checkTime.
+func (t *Table) between(what string, got, lo, hi float64, unit string, timing bool) {
+	t.checks = append(t.checks, checkRes{what: what, num: true, got: got, lo: lo, hi: hi, want: none, unit: unit, timing: timing})
 }
 
 // expect records a condition the table's verdict rests on.
@@ -82,12 +139,13 @@ func (t *Table) expect(what string, ok bool) {
 	t.checks = append(t.checks, checkRes{what: what, ok: ok})
 }
 
-// judge sets the verdict from the checks.
+// judge sets the verdict from the checks, timing values allowed the
+// table's noise.
 func (t *Table) judge() {
 	var failed []string
 	for _, c := range t.checks {
-		if !c.ok {
-			failed = append(failed, c.what)
+		if !c.pass(t.allowance(c.unit)) {
+			failed = append(failed, c.describe(t.allowance(c.unit)))
 		}
 	}
 	t.Pass = len(failed) == 0
@@ -96,6 +154,113 @@ func (t *Table) judge() {
 	} else {
 		t.Verdict = fmt.Sprintf("NOT reproduced: %d of %d values off: %s", len(failed), len(t.checks), strings.Join(failed, "; "))
 	}
+	if t.Noise == nil {
+		return
+	}
+	t.Verdict += "; " + t.Noise.String()
+	if slices.ContainsFunc(t.checks, func(c checkRes) bool { return c.timing }) {
+		t.Verdict += ", and each time was allowed that much later"
+		if t.Noise.Allowance != t.Noise.Max {
+			t.Verdict += fmt.Sprintf(" (%s in the seed's time)", quantity(t.Noise.Allowance, "ms"))
+		}
+	}
+}
+
+// allowance is the noise's lateness in unit, in the seed's time (0: no
+// noise, or not a time).
+func (t *Table) allowance(unit string) float64 {
+	if t.Noise == nil {
+		return 0
+	}
+	switch unit {
+	case "ms":
+		return t.Noise.Allowance
+	case "s":
+		return t.Noise.Allowance / 1000
+	}
+	return 0
+}
+
+func (c checkRes) pass(noise float64) bool {
+	if !c.num {
+		return c.ok
+	}
+	hi := c.hi
+	if c.timing {
+		hi += noise
+	}
+	return c.got >= c.lo && c.got <= hi
+}
+
+// describe is the check for a verdict that lists it: "what: 1,780 ms (seed
+// 1,750 ms, ± 15 ms + 2.1 ms of noise)".
+func (c checkRes) describe(noise float64) string {
+	if !c.num {
+		return c.what
+	}
+	var want string
+	switch {
+	case !math.IsNaN(c.want) && c.tol == 0:
+		want = fmt.Sprintf("seed %s, exact", quantity(c.want, c.unit))
+	case !math.IsNaN(c.want):
+		want = fmt.Sprintf("seed %s, ± %s", quantity(c.want, c.unit), quantity(c.tol, c.unit))
+	case math.IsInf(c.lo, -1):
+		want = "at most " + quantity(c.hi, c.unit)
+	case math.IsInf(c.hi, 1):
+		want = "at least " + quantity(c.lo, c.unit)
+	default:
+		want = fmt.Sprintf("want %s to %s", quantity(c.lo, c.unit), quantity(c.hi, c.unit))
+	}
+	if c.timing && noise > 0 {
+		// The noise in ms, whatever the unit: it is small.
+		n := noise
+		if c.unit == "s" {
+			n *= 1000
+		}
+		want += fmt.Sprintf(" + %s of noise", quantity(n, "ms"))
+	}
+	return fmt.Sprintf("%s: %s (%s)", c.what, quantity(c.got, c.unit), want)
+}
+
+// quantity is v in unit, as a reader reads it: "1,780 ms", "702.6 ms",
+// "15.06 s", "24,878 calls", "2.5".
+func quantity(v float64, unit string) string {
+	var s string
+	switch {
+	case math.IsNaN(v) || math.IsInf(v, 0):
+		s = fmt.Sprint(v)
+	case unit == "s" && math.Abs(v) < 1000:
+		s = strconv.FormatFloat(v, 'f', 2, 64)
+	case math.Abs(v) >= 1000 || v == math.Trunc(v):
+		s = thousands(int64(math.Round(v)))
+	case math.Abs(v) >= 10:
+		s = strings.TrimSuffix(strconv.FormatFloat(v, 'f', 1, 64), ".0")
+	case unit == "ms":
+		s = strconv.FormatFloat(v, 'f', 1, 64)
+		if s == "0.0" && v > 0 {
+			s = strconv.FormatFloat(v, 'f', 2, 64)
+		}
+	default:
+		s = strconv.FormatFloat(math.Round(v*100)/100, 'f', -1, 64)
+	}
+	if unit == "" {
+		return s
+	}
+	return s + " " + unit
+}
+
+// thousands is n with a comma between each group of three digits.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	if neg {
+		return "-" + s
+	}
+	return s
 }
 
 // print writes the table for a terminal.
@@ -109,10 +274,14 @@ func (t *Table) print(w io.Writer) {
 		fmt.Fprintln(w, wrap(t.Setup, 100))
 	}
 	if t.Scale != 1 && t.Scale != 0 {
-		fmt.Fprintf(w, "(quick: durations × %g, reported in the seed's time, ÷ %g)\n", t.Scale, t.Scale)
+		fmt.Fprintf(w, "(quick: durations × %g, reported in the seed's time, ÷ %g", t.Scale, t.Scale)
+		if len(t.Chains) > 0 {
+			fmt.Fprint(w, "; the configurations and the lint at the seed's durations")
+		}
+		fmt.Fprintln(w, ")")
 	}
 	for i, c := range t.Chains {
-		fmt.Fprintf(w, "  configuration %d: %s\n", i+1, c)
+		fmt.Fprintf(w, "  configuration %d: %s\n", i+1, wrap(c, 100))
 	}
 	for _, f := range t.Findings {
 		fmt.Fprintf(w, "  lint: %s\n", wrap(f, 100))
@@ -159,7 +328,7 @@ func (t *Table) print(w io.Writer) {
 		fmt.Fprintf(w, "  (%s)\n", t.Verdict)
 		return
 	}
-	fmt.Fprintf(w, "  verdict: %s\n", t.Verdict)
+	fmt.Fprintf(w, "  verdict: %s\n", wrap(t.Verdict, 100))
 }
 
 func wrap(s string, width int) string {
@@ -199,6 +368,17 @@ type Timeline struct {
 	States   []StateSpan    `json:"states"`
 	Faults   [][2]float64   `json:"faults,omitempty"` // the downstream's fault windows, in seconds
 	Marks    []TimelineMark `json:"marks"`
+	Refs     []TimelineRef  `json:"references,omitempty"` // the seed's reference instants, drawn as ticks
+	Caption  string         `json:"caption,omitempty"`    // what its counts are ("": N requests over the run)
+}
+
+// TimelineRef is one of the seed's reference instants: where a measured
+// instant should be (A1's transitions, K1's latest open and close).
+type TimelineRef struct {
+	At    float64 `json:"at_s"`
+	Label string  `json:"label"`          // a short name drawn beside the tick: "1", "open by"
+	Note  string  `json:"note,omitempty"` // the seed's and the measured value, shown on hover
+	Off   bool    `json:"off,omitempty"`  // the measured instant is outside the tolerance (and the noise)
 }
 
 // StateSpan is a breaker state from From to To seconds.

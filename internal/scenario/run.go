@@ -48,7 +48,10 @@ type Load struct {
 // Start, the fault from Start for Length, and is measured until Start +
 // Horizon.
 type Scenario struct {
-	Name   string
+	Name string
+	// About says what the fault does, in a phrase (its durations are the
+	// unscaled scenario's).
+	About  string
 	Fault  func(since time.Duration) Fault // since the fault started, for since in [0, Length)
 	Start  time.Duration
 	Length time.Duration

@@ -18,33 +18,39 @@ const (
 var Scenarios = []Scenario{
 	{
 		Name:  "outage", // every request refused at once for 30 s
+		About: "every request refused at once",
 		Fault: func(time.Duration) Fault { return Fault{Down: true} },
 		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 	},
 	{
 		Name:  "blackhole", // every answer hangs for 30 s
+		About: "every answer hangs, until its caller gives up",
 		Fault: func(time.Duration) Fault { return Fault{Hang: 1} },
 		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 	},
 	{
 		Name:  "hang20", // 20 % of the answers hang for 30 s
+		About: "20 % of the answers hang, until their caller gives up; the others are served as usual",
 		Fault: func(time.Duration) Fault { return Fault{Hang: 0.2} },
 		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 	},
 	{
 		Name:  "capacity30-shallow", // 30 % of the capacity for 30 s, a queue of 10
+		About: "the downstream serves at 30 % of its capacity (each answer takes 3.3 × as long), with a queue of 10: the excess is refused at once",
 		Fault: func(time.Duration) Fault { return Fault{Capacity: 0.3} },
 		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 		Queue: 10,
 	},
 	{
 		Name:  "capacity30-deep", // the same with a queue of 1000: the metastability probe
+		About: "the same with a queue of 1000: requests wait there past their callers' deadlines (the metastability probe)",
 		Fault: func(time.Duration) Fault { return Fault{Capacity: 0.3} },
 		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 		Queue: 1000,
 	},
 	{
-		Name: "ramp", // down for 10 s, then errors falling from 100 % to 0 over 20 s
+		Name:  "ramp", // down for 10 s, then errors falling from 100 % to 0 over 20 s
+		About: "down for the fault's first third (10 s), then errors falling from 100 % to none over the rest (20 s)",
 		Fault: func(since time.Duration) Fault {
 			if since < 10*time.Second {
 				return Fault{Down: true}
@@ -55,7 +61,8 @@ var Scenarios = []Scenario{
 		Healed: 29 * time.Second, // errors at 5 % and below
 	},
 	{
-		Name: "flapping", // down 5 s, up 5 s, four times
+		Name:  "flapping", // down 5 s, up 5 s, four times
+		About: "down and up in turns of a seventh of the fault each (5 s): four downs",
 		Fault: func(since time.Duration) Fault {
 			return Fault{Down: since%(10*time.Second) < 5*time.Second}
 		},
