@@ -4,7 +4,12 @@ go 1.26.0
 
 replace github.com/callguard/callguard => ../..
 
-require github.com/callguard/callguard v0.0.0-00010101000000-000000000000
+require (
+	github.com/callguard/callguard v0.0.0-00010101000000-000000000000
+	github.com/golangci/plugin-module-register v0.1.2
+)
+
+require go.yaml.in/yaml/v3 v3.0.6 // indirect
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0 // indirect

@@ -19,6 +19,15 @@
 // A constructor that will fail (retry.New with MaxAttempts(0), a
 // breaker.Settings field out of range) is reported too, with its error.
 //
+// Spec files it can see are linted too, by package spec itself: one
+// named in a comment,
+//
+//	//callguard:spec deploy/chain.yaml
+//
+// relative to the Go file's directory, and one a //go:embed directive puts
+// in a variable that is passed to spec.Parse; their errors and findings
+// are reported at the comment or the variable.
+//
 // A finding is suppressed by a comment on the line of the call or the
 // line above it, with a reason, as staticcheck's //lint:ignore:
 //
@@ -59,6 +68,7 @@ var Analyzer = &analysis.Analyzer{
 func run(pass *analysis.Pass) (any, error) {
 	for _, f := range pass.Files {
 		ignores := ignoresOf(pass, f)
+		specs(pass, f, ignores)
 		ast.Inspect(f, func(n ast.Node) bool {
 			fd, ok := n.(*ast.FuncDecl)
 			if !ok || fd.Body == nil {

@@ -15,10 +15,11 @@ import (
 
 // TestAnalyzer: every rule's chain (testdata/rules) and the guards
 // against guessing (testdata/guards: settings unknown, slices, loops, a
-// user's own policy, suppression) give the findings their // want
-// comments expect, at the lines they are on.
+// user's own policy, suppression) and the spec files named or embedded
+// (testdata/specs) give the findings their // want comments expect, at
+// the lines they are on.
 func TestAnalyzer(t *testing.T) {
-	analysistest.Run(t, testdata(t), analyzer.Analyzer, "./rules", "./guards")
+	analysistest.Run(t, testdata(t), analyzer.Analyzer, "./rules", "./guards", "./specs")
 }
 
 // TestSameFindingsAsChainNew: the analyzer's findings on each of
