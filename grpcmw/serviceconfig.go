@@ -127,6 +127,66 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 	return NewInterceptors(nil, opts...)
 }
 
+// ServiceConfigChain is the chain [FromServiceConfig] gives the methods
+// one methodConfig names, for a program (the lab's --service-config)
+// that runs it outside the interceptors.
+type ServiceConfigChain struct {
+	// Names are the methodConfig's names: "/service/method", "/service/"
+	// (every method of the service) or "" (every method).
+	Names []string
+	// New builds the chain afresh: new policies, and a retry.Throttle of
+	// its own when the service config has retryThrottling.
+	New func() (*chain.Chain, error)
+	// Retryable reports the codes of the retryPolicy's
+	// retryableStatusCodes: the chain's retry retries a status error with
+	// one of them, and nothing else.
+	Retryable func(codes.Code) bool
+}
+
+// ServiceConfigChains returns the chains FromServiceConfig builds, one
+// per methodConfig, in the service config's order, with its errors.
+func ServiceConfigChains(serviceConfig string) ([]ServiceConfigChain, error) {
+	sc, err := parseServiceConfig(serviceConfig)
+	if err != nil {
+		return nil, fmt.Errorf("grpcmw: ServiceConfigChains: %w", err)
+	}
+	newThrottle := func() (*retry.Throttle, error) { return nil, nil }
+	if t := sc.RetryThrottling; t != nil {
+		if _, err := retry.NewThrottle(t.MaxTokens, t.TokenRatio); err != nil {
+			return nil, fmt.Errorf("grpcmw: ServiceConfigChains: retryThrottling: %w", err)
+		}
+		newThrottle = func() (*retry.Throttle, error) { return retry.NewThrottle(t.MaxTokens, t.TokenRatio) }
+	}
+	var out []ServiceConfigChain
+	for i, mc := range sc.MethodConfig {
+		retryable := map[codes.Code]bool{}
+		if _, err := mc.chain(nil, retryable); err != nil {
+			return nil, fmt.Errorf("grpcmw: ServiceConfigChains: methodConfig[%d]: %w", i, err)
+		}
+		var names []string
+		for _, n := range mc.Name {
+			switch {
+			case n.Service == "":
+				names = append(names, "")
+			default:
+				names = append(names, "/"+n.Service+"/"+n.Method)
+			}
+		}
+		out = append(out, ServiceConfigChain{
+			Names: names,
+			New: func() (*chain.Chain, error) {
+				th, err := newThrottle()
+				if err != nil {
+					return nil, err
+				}
+				return mc.chain(th, map[codes.Code]bool{})
+			},
+			Retryable: func(c codes.Code) bool { return retryable[c] },
+		})
+	}
+	return out, nil
+}
+
 type serviceConfigJSON struct {
 	MethodConfig    []methodConfigJSON `json:"methodConfig"`
 	RetryThrottling *struct {

@@ -185,3 +185,31 @@ func TestFromServiceConfigErrors(t *testing.T) {
 		t.Errorf("with PerMethod: %v, want an error naming it", err)
 	}
 }
+
+// TestServiceConfigChains: the chains FromServiceConfig builds, one per
+// methodConfig, with their names and retryable codes; each New builds
+// new policies.
+func TestServiceConfigChains(t *testing.T) {
+	sc := `{"methodConfig": [
+		{"name": [{"service": "a.B", "method": "C"}, {"service": "a.D"}], "timeout": "2s",
+		 "retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.1s", "maxBackoff": "1s", "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}},
+		{"name": [{}], "timeout": "1s"}]}`
+	cs, err := grpcmw.ServiceConfigChains(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 2 || fmt.Sprint(cs[0].Names) != "[/a.B/C /a.D/]" || fmt.Sprint(cs[1].Names) != "[]" {
+		t.Fatalf("chains %+v", cs)
+	}
+	a, _ := cs[0].New()
+	b, _ := cs[0].New()
+	if a.String() != "timeout(2s) → retry(4)" || a.Policies()[1] == b.Policies()[1] {
+		t.Errorf("New: %v and %v, want timeout(2s) → retry(4), new policies each time", a, b)
+	}
+	if !cs[0].Retryable(codes.Unavailable) || cs[0].Retryable(codes.Internal) || cs[1].Retryable(codes.Unavailable) {
+		t.Error("Retryable: want UNAVAILABLE for the first, nothing for the second")
+	}
+	if _, err := grpcmw.ServiceConfigChains(retryConfig(check_, "", 1, `"UNAVAILABLE"`)); err == nil || !strings.Contains(err.Error(), "maxAttempts 1") {
+		t.Errorf("maxAttempts 1: %v, want an error naming it", err)
+	}
+}

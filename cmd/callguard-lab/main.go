@@ -27,6 +27,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -66,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("callguard-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	full := fs.Bool("full", false, "run the seeds' own durations (slower), not the quick scaled ones")
-	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1; or A, C)")
+	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1; or A, C); with --chain or --service-config, the what-if scenarios (W1 … W7, or by name: blackhole)")
 	proto := fs.String("proto", "both", "the protocol of the experiments: http, grpc or both")
 	jsonOut := fs.String("json", "", "write every measured number, with its unit and the seed's reference, to this file")
 	reportDir := fs.String("report", "", "write a self-contained index.html with the tables and timelines to this directory")
@@ -74,6 +75,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	rate := fs.Float64("rate", 0, "with --chain: open-loop requests per second (default: 60 % of the model's capacity)")
 	callers := fs.Int("callers", 0, "with --chain: a closed loop of this many callers instead of the open loop")
 	live := fs.Bool("live", false, "with --chain: run in real time over a real loopback HTTP server (each scenario's timeline × 0.1), not in virtual time")
+	serviceConfig := fs.String("service-config", "", "a gRPC service config (JSON): run the chain its methodConfig converts to (grpcmw.FromServiceConfig) through the protection scenarios")
+	method := fs.String("method", "", "with --service-config: the method whose methodConfig runs (default: the one for every method, else the first)")
 	strict := fs.Bool("strict", false, "exit 1 when a table is not reproduced (default: report it, exit 0)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -110,9 +113,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	done := make(chan error, 1)
 	go func() {
-		if *chainFile != "" {
+		switch {
+		case *chainFile != "" && *serviceConfig != "":
+			done <- errors.New("--chain and --service-config: one at a time")
+		case *serviceConfig != "":
+			done <- l.whatIfServiceConfig(*serviceConfig, *method, *only, *rate, *callers, *live)
+		case *chainFile != "":
 			done <- l.whatIf(*chainFile, *only, *rate, *callers, *live)
-		} else {
+		default:
 			done <- l.seeds(*only, protos)
 		}
 	}()

@@ -42,6 +42,22 @@ const (
 	rowNone        = "no protection"
 )
 
+// subject is what a what-if runs: a chain's policies (new ones on each
+// call), the options it is linted with, and, for a chain whose errors
+// are not the model's (a service config's, which retries gRPC codes),
+// how a call's error reaches it.
+type subject struct {
+	name     string
+	policies func() ([]chain.Policy, error)
+	opts     chain.Options
+	// wrap, if set, runs the chain over the scenario's calls (nil: the
+	// chain is the stack).
+	wrap func(c *chain.Chain) scenario.Stack
+	// ordered: the order is not the user's (a conversion's): no
+	// canonical-order row.
+	ordered bool
+}
+
 // whatIf is --chain FILE: the chain's findings, then the chain, the same
 // policies in the canonical order, the recommended chain and no protection
 // through the protection scenarios (those only selects, if given), in
@@ -51,6 +67,11 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 	if err != nil {
 		return err
 	}
+	return l.whatIfOf(subject{name: file, policies: s.Policies, opts: s.Options()}, only, rate, callers, live)
+}
+
+func (l *lab) whatIfOf(sub subject, only string, rate float64, callers int, live bool) error {
+	file := sub.name
 	scenarios, err := whatIfScenarios(only)
 	if err != nil {
 		return err
@@ -64,9 +85,9 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 	}
 	// The lint of what the run does: the load's deadline is the callers'
 	// (CG004). Strict or not, the run goes on: its findings are printed.
-	opts := s.Options()
+	opts := sub.opts
 	opts.CallerDeadline, opts.Strict = load.Deadline, false
-	ps, err := s.Policies()
+	ps, err := sub.policies()
 	if err != nil {
 		return err
 	}
@@ -94,8 +115,8 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 		}
 	}
 	order := canonicalOrder(ps)
-	reordered := !slices.IsSorted(order)
-	stacks := whatIfStacks(s, opts, order, reordered, 1)
+	reordered := !slices.IsSorted(order) && !sub.ordered
+	stacks := whatIfStacks(sub, opts, order, reordered, 1)
 	if reordered {
 		if cc, err := stacks[1].make(); err == nil {
 			fmt.Fprintf(l.out, "  the same policies in the canonical order: %v\n", cc)
@@ -108,7 +129,7 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 	}
 	virtualStacks := stacks
 	if live {
-		stacks = whatIfStacks(s, opts, order, reordered, liveScale)
+		stacks = whatIfStacks(sub, opts, order, reordered, liveScale)
 	}
 
 	how := "in virtual time"
@@ -185,20 +206,27 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 // whatIfStacks returns the rows of the tables, their breakers' open stays
 // × scale: your chain, the canonical order if order differs, the
 // recommended chain and no protection.
-func whatIfStacks(s *spec.Spec, opts chain.Options, order []int, reordered bool, scale float64) []stack {
+func whatIfStacks(sub subject, opts chain.Options, order []int, reordered bool, scale float64) []stack {
 	policies := func() ([]chain.Policy, error) {
-		ps, err := s.Policies()
+		ps, err := sub.policies()
 		if err != nil {
 			return nil, err
 		}
 		return scaleStays(ps, scale)
+	}
+	build := func(ps []chain.Policy) (scenario.Stack, error) {
+		c, err := opts.New(ps...)
+		if err != nil || sub.wrap == nil {
+			return c, err
+		}
+		return sub.wrap(c), nil
 	}
 	yours := func() (scenario.Stack, error) {
 		ps, err := policies()
 		if err != nil {
 			return nil, err
 		}
-		return opts.New(ps...)
+		return build(ps)
 	}
 	stacks := []stack{{rowYours, yours, true}}
 	if reordered {
@@ -211,7 +239,7 @@ func whatIfStacks(s *spec.Spec, opts chain.Options, order []int, reordered bool,
 			for i, k := range order {
 				out[i] = ps[k]
 			}
-			return opts.New(out...)
+			return build(out)
 		}
 		stacks = append(stacks, stack{rowCanonical, canonical, true})
 	}
