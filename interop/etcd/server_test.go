@@ -165,6 +165,37 @@ func (e *etcd) stop() {
 	defer e.mu.Unlock()
 	_ = e.cmd.Process.Signal(syscall.SIGSTOP)
 	e.stopped = true
+	// The signal is delivered as each thread is scheduled: on a loaded
+	// machine, a thread can still answer a call sent right after Signal
+	// returns. Wait until every thread says it is stopped (T in
+	// /proc/PID/task/*/stat), for at most 5 s.
+	pid := e.cmd.Process.Pid
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if allStopped(pid) {
+			return
+		}
+	}
+	e.t.Fatalf("etcd (pid %d) not stopped 5 s after SIGSTOP", pid)
+}
+
+// allStopped reports whether every thread of pid is stopped.
+func allStopped(pid int) bool {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			return false
+		}
+		// pid (comm) state …: comm may hold spaces, the state follows the last ')'.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *etcd) resume() {
