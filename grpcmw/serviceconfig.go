@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
@@ -71,7 +72,7 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 	chains := map[string]*chain.Chain{} // by name key: "service/method", "service/", ""
 	retryable := map[codes.Code]bool{}
 	for i, mc := range sc.MethodConfig {
-		c, err := mc.chain(th, retryable)
+		c, err := mc.chain(th, retryable, nil)
 		if err != nil {
 			return nil, fmt.Errorf("grpcmw: FromServiceConfig: methodConfig[%d]: %w", i, err)
 		}
@@ -135,8 +136,10 @@ type ServiceConfigChain struct {
 	// (every method of the service) or "" (every method).
 	Names []string
 	// New builds the chain afresh: new policies, and a retry.Throttle of
-	// its own when the service config has retryThrottling.
-	New func() (*chain.Chain, error)
+	// its own when the service config has retryThrottling; src, if not
+	// nil, is the source of its retry's jitter (retry.Rand), for a run
+	// that must be replayed.
+	New func(src rand.Source) (*chain.Chain, error)
 	// Retryable reports the codes of the retryPolicy's
 	// retryableStatusCodes: the chain's retry retries a status error with
 	// one of them, and nothing else.
@@ -160,7 +163,7 @@ func ServiceConfigChains(serviceConfig string) ([]ServiceConfigChain, error) {
 	var out []ServiceConfigChain
 	for i, mc := range sc.MethodConfig {
 		retryable := map[codes.Code]bool{}
-		if _, err := mc.chain(nil, retryable); err != nil {
+		if _, err := mc.chain(nil, retryable, nil); err != nil {
 			return nil, fmt.Errorf("grpcmw: ServiceConfigChains: methodConfig[%d]: %w", i, err)
 		}
 		var names []string
@@ -174,12 +177,12 @@ func ServiceConfigChains(serviceConfig string) ([]ServiceConfigChain, error) {
 		}
 		out = append(out, ServiceConfigChain{
 			Names: names,
-			New: func() (*chain.Chain, error) {
+			New: func(src rand.Source) (*chain.Chain, error) {
 				th, err := newThrottle()
 				if err != nil {
 					return nil, err
 				}
-				return mc.chain(th, map[codes.Code]bool{})
+				return mc.chain(th, map[codes.Code]bool{}, src)
 			},
 			Retryable: func(c codes.Code) bool { return retryable[c] },
 		})
@@ -226,7 +229,7 @@ func parseServiceConfig(js string) (*serviceConfigJSON, error) {
 
 // chain is a methodConfig's chain: its timeout, then its retry; codes it
 // retries are added to retryable.
-func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]bool) (*chain.Chain, error) {
+func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]bool, src rand.Source) (*chain.Chain, error) {
 	if len(mc.HedgingPolicy) > 0 && !bytes.Equal(mc.HedgingPolicy, []byte("null")) {
 		return nil, errors.New("hedgingPolicy: not converted: grpc-go ignores it (it implements no hedging); drop it, or hedge with package hedge in a chain of your own (grpcmw.NewInterceptors)")
 	}
@@ -243,7 +246,7 @@ func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]b
 		ps = append(ps, t)
 	}
 	if rp := mc.RetryPolicy; rp != nil {
-		r, err := rp.policy(th)
+		r, err := rp.policy(th, src)
 		if err != nil {
 			return nil, fmt.Errorf("retryPolicy: %w", err)
 		}
@@ -256,7 +259,7 @@ func (mc *methodConfigJSON) chain(th *retry.Throttle, retryable map[codes.Code]b
 }
 
 // policy is the retry grpc-go would run, with grpc-go's checks.
-func (rp *retryPolicyJSON) policy(th *retry.Throttle) (*retry.Policy, error) {
+func (rp *retryPolicyJSON) policy(th *retry.Throttle, src rand.Source) (*retry.Policy, error) {
 	initial, err := protoDuration(rp.InitialBackoff)
 	if err != nil || initial <= 0 {
 		return nil, fmt.Errorf("initialBackoff %q: want a positive duration in seconds, as \"0.1s\"", rp.InitialBackoff)
@@ -293,6 +296,9 @@ func (rp *retryPolicyJSON) policy(th *retry.Throttle) (*retry.Policy, error) {
 	}
 	if th != nil {
 		opts = append(opts, retry.WithThrottle(th))
+	}
+	if src != nil {
+		opts = append(opts, retry.Rand(src))
 	}
 	return retry.New(opts...)
 }

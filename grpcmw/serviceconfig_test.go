@@ -201,8 +201,8 @@ func TestServiceConfigChains(t *testing.T) {
 	if len(cs) != 2 || fmt.Sprint(cs[0].Names) != "[/a.B/C /a.D/]" || fmt.Sprint(cs[1].Names) != "[]" {
 		t.Fatalf("chains %+v", cs)
 	}
-	a, _ := cs[0].New()
-	b, _ := cs[0].New()
+	a, _ := cs[0].New(nil)
+	b, _ := cs[0].New(nil)
 	if a.String() != "timeout(2s) → retry(4)" || a.Policies()[1] == b.Policies()[1] {
 		t.Errorf("New: %v and %v, want timeout(2s) → retry(4), new policies each time", a, b)
 	}

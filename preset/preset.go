@@ -18,6 +18,7 @@ package preset
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -81,6 +82,11 @@ type Settings struct {
 	// Name names the breaker (in metrics and logs; the adapters' keys tell
 	// their chains apart without it).
 	Name string
+	// Rand, if set, is the source of the retry's jitter (retry.Rand), for
+	// a run that must be replayed (a simulation, a test); nil: math/rand/v2's
+	// global source. The chain reads it under a lock of its own; give each
+	// chain a source of its own.
+	Rand rand.Source
 }
 
 // withDefaults fills the zero fields.
@@ -115,6 +121,9 @@ func (s Settings) withDefaults() Settings {
 func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 	s = s.withDefaults()
 	ropts := []retry.Option{retry.MaxAttempts(s.Attempts), retry.Exponential(s.Backoff, s.MaxBackoff)}
+	if s.Rand != nil {
+		ropts = append(ropts, retry.Rand(s.Rand))
+	}
 	if s.Hedge {
 		b, err := retry.NewBudget(s.RetryBudget, 0)
 		if err != nil {

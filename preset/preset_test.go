@@ -3,6 +3,7 @@ package preset_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -126,5 +127,26 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// TestRand: two chains given sources of one seed wait the same jittered
+// waits.
+func TestRand(t *testing.T) {
+	took := func(seed uint64) time.Duration {
+		var d time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			c, err := preset.Chain(preset.Settings{Attempts: 5, NoLimit: true, Rand: rand.NewPCG(seed, 0)}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			_ = c.Do(context.Background(), func(context.Context) error { return errors.New("down") })
+			d = time.Since(start)
+		})
+		return d
+	}
+	if a, b, other := took(3), took(3), took(4); a != b || a == other {
+		t.Errorf("seed 3: %v and %v, seed 4: %v; want the same for one seed, other waits for another", a, b, other)
 	}
 }

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"errors"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -30,7 +31,9 @@ type entry struct {
 	bulkhead *limit.BulkheadSettings
 }
 
-func (e entry) build() (chain.Policy, error) {
+// build makes the entry's policy; src, if not nil, is the source of its
+// randomness (a retry's jitter, a throttle's draws): see Spec.Seeded.
+func (e entry) build(src rand.Source) (chain.Policy, error) {
 	var (
 		p   chain.Policy
 		err error
@@ -38,7 +41,7 @@ func (e entry) build() (chain.Policy, error) {
 	switch {
 	case e.retry != nil:
 		var r *retry.Policy
-		if r, err = e.retry.build(); err == nil {
+		if r, err = e.retry.build(src); err == nil {
 			p = r
 		}
 	case e.breaker != nil:
@@ -58,7 +61,11 @@ func (e entry) build() (chain.Policy, error) {
 		}
 	case e.throttle != nil:
 		var t *throttle.Throttle
-		if t, err = throttle.New(*e.throttle); err == nil {
+		st := *e.throttle
+		if src != nil && st.Rand == nil {
+			st.Rand = src
+		}
+		if t, err = throttle.New(st); err == nil {
 			p = t
 		}
 	case e.limit != nil:

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"math/rand/v2"
 	"time"
 
 	"github.com/callguard/callguard/retry"
@@ -56,10 +57,13 @@ func (a *retryArgs) options() ([]retry.Option, error) {
 	return opts, nil
 }
 
-func (a *retryArgs) build() (*retry.Policy, error) {
+func (a *retryArgs) build(src rand.Source) (*retry.Policy, error) {
 	opts, err := a.options()
 	if err != nil {
 		return nil, err
+	}
+	if src != nil {
+		opts = append(opts, retry.Rand(src))
 	}
 	return retry.New(opts...)
 }
@@ -126,7 +130,7 @@ func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	if bad.any() {
 		return nil, bad.err()
 	}
-	if _, err := a.build(); err != nil {
+	if _, err := a.build(nil); err != nil {
 		return nil, wrap(at, path, err)
 	}
 	return a, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 
@@ -27,6 +28,8 @@ type Spec struct {
 	lint    chain.Options
 	line    int // of the chain: key, for the lint's errors
 	entries []entry
+	seeded  bool   // Seeded
+	seed    uint64 // Seeded's
 }
 
 // Parse reads a spec in YAML or JSON (the format is in the package
@@ -192,14 +195,34 @@ func (s *Spec) Policies() ([]chain.Policy, error) {
 		return nil, errors.New("spec: no policies: make a Spec with Parse or Load")
 	}
 	ps := make([]chain.Policy, 0, len(s.entries))
-	for _, e := range s.entries {
-		p, err := e.build()
+	for i, e := range s.entries {
+		var src rand.Source
+		if s.seeded {
+			src = rand.NewPCG(s.seed, uint64(i))
+		}
+		p, err := e.build(src)
 		if err != nil {
 			return nil, err
 		}
 		ps = append(ps, p)
 	}
 	return ps, nil
+}
+
+// Seeded returns a copy of s whose Policies and Chain draw every
+// policy's randomness — a retry's jitter (retry.Rand), a throttle's
+// draws (throttle.Settings.Rand, unless set) — from sources seeded with
+// seed and the policy's place in the chain, new on each call: two chains
+// built from it make the same waits and the same draws in the same order,
+// so that a simulation (the lab's what-if) gives the same numbers every
+// run. Without it, they draw from math/rand/v2's global source.
+func (s *Spec) Seeded(seed uint64) *Spec {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.seeded, c.seed = true, seed
+	return &c
 }
 
 // Options returns the lint's options from the spec's lint: section (the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -33,6 +34,11 @@ type stack struct {
 	make  func() (scenario.Stack, error)
 	drawn bool
 }
+
+// whatIfSeed seeds every row's randomness (the retries' jitter, the
+// throttles' draws) and the model's: a what-if in virtual time gives the
+// same numbers every run.
+const whatIfSeed = 1
 
 // The rows' names.
 const (
@@ -67,7 +73,7 @@ func (l *lab) whatIf(file, only string, rate float64, callers int, live bool) er
 	if err != nil {
 		return err
 	}
-	return l.whatIfOf(subject{name: file, policies: s.Policies, opts: s.Options()}, only, rate, callers, live)
+	return l.whatIfOf(subject{name: file, policies: s.Seeded(whatIfSeed).Policies, opts: s.Options()}, only, rate, callers, live)
 }
 
 func (l *lab) whatIfOf(sub subject, only string, rate float64, callers int, live bool) error {
@@ -245,7 +251,7 @@ func whatIfStacks(sub subject, opts chain.Options, order []int, reordered bool, 
 	}
 	recommended := func() (scenario.Stack, error) {
 		stay := time.Duration(float64(preset.DefaultOpenTimeout) * scale)
-		return preset.Chain(preset.Settings{OpenTimeout: stay}, func(err error) bool { return errors.Is(err, scenario.ErrOverloaded) })
+		return preset.Chain(preset.Settings{OpenTimeout: stay, Rand: rand.NewPCG(whatIfSeed, 0)}, func(err error) bool { return errors.Is(err, scenario.ErrOverloaded) })
 	}
 	none := func() (scenario.Stack, error) { return scenario.None, nil }
 	return append(stacks, stack{rowRecommended, recommended, false}, stack{rowNone, none, false})
@@ -313,7 +319,7 @@ func (l *lab) runStacks(sc scenario.Scenario, load scenario.Load, stacks []stack
 			}
 			return l.interruptible(st, live), nil
 		}
-		cell := scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: 1, Record: true}
+		cell := scenario.Cell{Server: scenario.Model, Scenario: sc, Load: load, Seed: whatIfSeed, Record: true}
 		if live {
 			st, err := watched()
 			if err != nil {

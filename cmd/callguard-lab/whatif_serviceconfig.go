@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 
@@ -37,7 +38,7 @@ func (l *lab) whatIfServiceConfig(file, method, only string, rate float64, calle
 	sub := subject{
 		name: fmt.Sprintf("%s's methodConfig[%d] (%s)", file, i, which),
 		policies: func() ([]chain.Policy, error) {
-			c, err := picked.New()
+			c, err := picked.New(rand.NewPCG(whatIfSeed, 0))
 			if err != nil {
 				return nil, err
 			}
