@@ -70,7 +70,10 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 				u.replyType = m.ProtoReflect().Type()
 			}
 		}
-		err = p.chain.Do(cctx, u.attempt)
+		// The chain runs the call in u, which carries cctx: its attempts
+		// find u there (unaryAttempt), with no closure to allocate.
+		u.Context = cctx
+		err = p.chain.Do(u, unaryAttempt)
 		// The call's answer is decided: an attempt a policy left running
 		// is dropped when it answers.
 		attempts, _, _ := u.call.Close()
@@ -91,6 +94,10 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 // whether another may still be sent, is its call's to decide
 // (internal/attempt): the unaryCall carries attempts out.
 type unaryCall struct {
+	// Context is the context the chain runs the call in (the caller's,
+	// with what the chain's policies need): u itself is that context, so
+	// that each attempt finds its call by Value (see unaryAttempt).
+	context.Context
 	cfg         *config
 	p           *prepared
 	callerCtx   context.Context
@@ -111,11 +118,31 @@ type unaryCall struct {
 	winner *hedgeOut // what the attempt that won filled, if not the caller's own
 }
 
+// unaryKey is the key under which a unaryCall is its own context's value.
+type unaryKey struct{}
+
+// Value is the call for unaryKey, the caller's context's values else.
+func (u *unaryCall) Value(key any) any {
+	if key == (unaryKey{}) {
+		return u
+	}
+	return u.Context.Value(key)
+}
+
+// unaryAttempt makes one attempt of the call whose context ctx descends
+// from: a function, not a method value, which would allocate per call.
+func unaryAttempt(ctx context.Context) error {
+	return ctx.Value(unaryKey{}).(*unaryCall).attempt(ctx)
+}
+
 // attempt makes one attempt of the call. An attempt alone in flight fills
 // the caller's reply and call options; one beside another (a hedge) fills
 // a hedgeOut, which settle copies to the caller if it won. A method not
 // declared idempotent never has two attempts in flight.
 func (u *unaryCall) attempt(ctx context.Context) (err error) {
+	if ctx == context.Context(u) {
+		ctx = u.Context // no policy made the attempt a context of its own
+	}
 	a, err := u.call.Begin(u.idempotent)
 	if err != nil {
 		return err // refused before sending

@@ -27,6 +27,10 @@ import (
 // still be sent, is the call's to decide (internal/attempt): the exchange
 // carries attempts out.
 type exchange struct {
+	// Context is the context the chain runs the request in: x itself is
+	// that context, so that each attempt finds its exchange by Value (see
+	// exchangeAttempt).
+	context.Context
 	t    *Transport
 	req  *http.Request
 	call attempt.Call
@@ -52,7 +56,31 @@ var errNoReplay = breaker.Neutral(retry.Permanent(errors.New("httpmw: the reques
 // each sends its own copy of the body (GetBody); the first success is
 // kept, any later answer drained and closed; the caller gets the last
 // failure when none succeeds. Others run one at a time.
+// selfKey is the key under which an exchange is its own context's value,
+// for its attempts (Respond's exchangeKey is set only under a fallback).
+type selfKey struct{}
+
+// Value is the exchange for selfKey, the request's context's values else.
+func (x *exchange) Value(key any) any {
+	if key == (selfKey{}) {
+		return x
+	}
+	return x.Context.Value(key)
+}
+
+// exchangeAttempt makes one attempt of the exchange whose context actx
+// descends from: a function, not a method value, which would allocate
+// per request.
+func exchangeAttempt(actx context.Context) error {
+	return actx.Value(selfKey{}).(*exchange).attempt(actx)
+}
+
 func (x *exchange) attempt(actx context.Context) (err error) {
+	if actx == context.Context(x) {
+		// No policy made the attempt a context of its own: it runs in
+		// the request's, and the request is sent as it is.
+		actx = x.Context
+	}
 	a, err := x.call.Begin(x.mayRetry)
 	if err != nil {
 		return err // refused before sending

@@ -232,10 +232,11 @@ func (t *Transport) roundTrip(req *http.Request, p *prepared, attempts *int) (*h
 	}()
 	// The returned body keeps its attempt context, if the chain makes one,
 	// until it is closed; with CountBodyErrors, the breakers' permits too.
+	x.Context = ctx
 	if t.cfg.judgeBody {
-		err = bridge.ChainDoDeferred(p.chain, ctx, &x.deferred, x.attempt)
+		err = bridge.ChainDoDeferred(p.chain, x, &x.deferred, exchangeAttempt)
 	} else {
-		err = bridge.ChainDoHolding(p.chain, ctx, x.attempt)
+		err = bridge.ChainDoHolding(p.chain, x, exchangeAttempt)
 	}
 	finished = true
 	// The call's answer is decided: an attempt a policy left running is
