@@ -464,10 +464,16 @@ func TestLatestStatePublished(t *testing.T) {
 	took, ok := waitUntil(3*time.Second, func() bool {
 		state, _ = reader.Get(context.Background(), "callguard:breaker:{quotes}:state").Result()
 		f := strings.Fields(state)
-		return len(f) == 3 && f[0] == "open" && f[1] == strconv.FormatInt(oe.Until.UnixNano(), 10)
+		if len(f) != 3 || f[0] != "open" {
+			return false
+		}
+		// In Redis's clock, which is this machine's here, to within half
+		// a round trip (the offset measured at each sync).
+		ns, err := strconv.ParseInt(f[1], 10, 64)
+		return err == nil && time.Duration(ns-oe.Until.UnixNano()).Abs() < 20*time.Millisecond
 	})
 	t.Logf("the state key %q %v after Redis was fast again (ok %t)", state, took.Round(time.Millisecond), ok)
 	if !ok {
-		t.Errorf("3 s after Redis was fast again the state key reads %q, want \"open %d <instance>\"", state, oe.Until.UnixNano())
+		t.Errorf("3 s after Redis was fast again the state key reads %q, want \"open %d <instance>\" (± 20 ms)", state, oe.Until.UnixNano())
 	}
 }

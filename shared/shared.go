@@ -83,6 +83,8 @@ type Options struct {
 	// Metrics, if set, gets the gauge callguard.shared.degraded (1 while
 	// Redis does not answer, 0 otherwise), with callguard.breaker.name.
 	Metrics metric.MeterProvider
+
+	skew time.Duration // this instance's clock's error (tests only: export_test.go)
 }
 
 // Shared is a breaker shared through Redis. Its methods are safe for
@@ -115,7 +117,27 @@ type Shared struct {
 	seen      string                        // the last state message applied or published
 	toldOpens uint64                        // the breaker's Opens when its open state was last told or applied
 	owesClose bool                          // the fleet may hold this instance open (it published or followed an open, or probes): a close must be published
+
+	// Times cross instances in Redis's clock, not this machine's: offset
+	// is Redis's TIME minus this instance's wall clock (ns), measured at
+	// every sync; skew shifts this instance's wall clock (tests only: a
+	// machine whose clock is off).
+	offset atomic.Int64
+	skew   time.Duration
 }
+
+// toServer is t (this process's time) in Redis's clock, as Unix ns.
+func (sh *Shared) toServer(t time.Time) int64 {
+	return t.Add(sh.skew).UnixNano() + sh.offset.Load()
+}
+
+// fromServer is a Unix ns time in Redis's clock in this process's.
+func (sh *Shared) fromServer(ns int64) time.Time {
+	return time.Unix(0, ns-sh.offset.Load()).Add(-sh.skew)
+}
+
+// serverSec is Redis's second now: the counts' buckets are named by it.
+func (sh *Shared) serverSec() int64 { return sh.toServer(time.Now()) / int64(time.Second) }
 
 // Share shares b, a breaker made by breaker.New with the native engine,
 // through Redis, until Close. It reads the fleet's state first: an
@@ -147,7 +169,7 @@ func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 	}
 	var idBytes [8]byte
 	_, _ = rand.Read(idBytes[:])
-	sh := &Shared{b: b, s: s, o: o,
+	sh := &Shared{b: b, s: s, o: o, skew: o.skew,
 		id:      hex.EncodeToString(idBytes[:]),
 		prefix:  "callguard:breaker:{" + o.Name + "}:",
 		changed: make(chan struct{}, 1),
@@ -393,20 +415,21 @@ return ARGV[1]`
 func (sh *Shared) publishNatural(ctx context.Context, msg string, ttl time.Duration, clear bool) (string, error) {
 	keys := []string{sh.stateKey(), sh.channel(), sh.probeKey()}
 	if clear {
-		keys = append(keys, sh.windowKeys(time.Now().Unix())...)
+		keys = append(keys, sh.windowKeys(sh.serverSec())...)
 	}
-	now := strconv.FormatInt(time.Now().UnixNano(), 10)
+	now := strconv.FormatInt(sh.toServer(time.Now()), 10)
 	return do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (string, error) {
 		return sh.o.Client.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.id).Text()
 	})
 }
 
-func openMsg(until time.Time, id string) string {
-	return "open " + strconv.FormatInt(until.UnixNano(), 10) + " " + id
+// openMsg is the state of a stay open until until: in Redis's clock.
+func (sh *Shared) openMsg(until time.Time) string {
+	return "open " + strconv.FormatInt(sh.toServer(until), 10) + " " + sh.id
 }
 
-// openUntilOf parses "open <until> <instance>".
-func openUntilOf(msg string) (time.Time, bool) {
+// openUntilOf parses "open <until> <instance>", in this process's time.
+func (sh *Shared) openUntilOf(msg string) (time.Time, bool) {
 	f := strings.Fields(msg)
 	if len(f) != 3 || f[0] != "open" {
 		return time.Time{}, false
@@ -415,7 +438,7 @@ func openUntilOf(msg string) (time.Time, bool) {
 	if err != nil {
 		return time.Time{}, false
 	}
-	return time.Unix(0, ns), true
+	return sh.fromServer(ns), true
 }
 
 func (sh *Shared) probeKey() string { return sh.prefix + "probe" }
@@ -429,7 +452,7 @@ func (sh *Shared) operator(ctx context.Context, verb string) error {
 		p.Set(ctx, sh.stateKey(), msg, 0)
 		p.Publish(ctx, sh.channel(), msg)
 		if verb == "reset" {
-			p.Del(ctx, sh.windowKeys(time.Now().Unix())...)
+			p.Del(ctx, sh.windowKeys(sh.serverSec())...)
 		}
 		_, err := p.Exec(ctx)
 		return err
@@ -447,7 +470,7 @@ func (sh *Shared) apply(msg string, calls, fails uint64, trusted bool) {
 	}
 	switch f[0] {
 	case "open":
-		until, ok := openUntilOf(msg)
+		until, ok := sh.openUntilOf(msg)
 		if !ok {
 			return
 		}
@@ -516,7 +539,7 @@ func (sh *Shared) syncUntil(ctx context.Context, deadline time.Time) (syncResult
 	nowCalls, nowFails := c.Successes+c.Failures+c.SlowUnanswered, c.Failures
 	dc, df := nowCalls-sh.sent.calls, nowFails-sh.sent.fails
 	sh.sent.calls, sh.sent.fails = nowCalls, nowFails
-	sec := time.Now().Unix()
+	sec := sh.serverSec()
 	ck, fk := sh.bucketKeys(sec)
 	ttl := time.Duration(sh.window()+2) * time.Second
 	window, stateKey := sh.windowKeys(sec), sh.stateKey()
@@ -533,8 +556,16 @@ func (sh *Shared) syncUntil(ctx context.Context, deadline time.Time) (syncResult
 		}
 		got := p.MGet(ctx, window...)
 		st := p.Get(ctx, stateKey)
+		tm := p.Time(ctx)
+		sent := time.Now()
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return r, err
+		}
+		if server, err := tm.Result(); err == nil {
+			// Redis read its clock between the send and the answer: at
+			// the midpoint, within half the round trip.
+			mid := sent.Add(time.Since(sent) / 2)
+			sh.offset.Store(server.UnixNano() - mid.Add(sh.skew).UnixNano())
 		}
 		for i, v := range got.Val() {
 			str, _ := v.(string)
@@ -572,13 +603,13 @@ func (sh *Shared) reconcile(ctx context.Context) {
 			return
 		}
 		sh.owesClose = true
-		msg := openMsg(until, sh.id)
+		msg := sh.openMsg(until)
 		stored, err := sh.publishNatural(ctx, msg, time.Until(until)+sh.s.OpenTimeout, false)
 		if err != nil {
 			return
 		}
 		sh.toldOpens, sh.seen = opens, stored
-		if u, ok := openUntilOf(stored); ok && stored != msg {
+		if u, ok := sh.openUntilOf(stored); ok && stored != msg {
 			// The fleet's stay began first: adopt its until (the round is
 			// named by it), staying open at least as long as our own.
 			bridge.BreakerOpenRemote(sh.b, u)
@@ -720,7 +751,7 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 		until time.Time
 	}
 	c, err := do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (claimed, error) {
-		v, err := sh.o.Client.Eval(ctx, claimScript, keys, sh.id, strconv.FormatInt(until.UnixNano(), 10), max(ttl, 1)).Slice()
+		v, err := sh.o.Client.Eval(ctx, claimScript, keys, sh.id, strconv.FormatInt(sh.toServer(until), 10), max(ttl, 1)).Slice()
 		if err != nil || len(v) != 2 {
 			return claimed{}, err
 		}
@@ -730,7 +761,7 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 		if perr != nil {
 			return claimed{won: won == 1}, nil
 		}
-		return claimed{won == 1, time.Unix(0, ns)}, nil
+		return claimed{won == 1, sh.fromServer(ns)}, nil
 	})
 	if err != nil || c.won {
 		sh.owesClose = true // its probes decide the round: a close is published

@@ -36,8 +36,8 @@ type fleetRun struct {
 
 // runFleet runs 5 instances, each calling a downstream that always fails
 // 20 times a second for 5 s, with their breakers shared through srv or
-// not.
-func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
+// not; skews, if given, are the errors of their clocks.
+func runFleet(t *testing.T, srv *redisServer, name string, skews ...time.Duration) fleetRun {
 	const instances = 5
 	var r fleetRun
 	var mu sync.Mutex
@@ -58,7 +58,11 @@ func runFleet(t *testing.T, srv *redisServer, name string) fleetRun {
 			}
 		})))
 		if srv != nil {
-			sh := must(shared.Share(bs[i], shared.Options{Client: srv.client(t), Name: name}))
+			o := shared.Options{Client: srv.client(t), Name: name}
+			if skews != nil {
+				o = shared.WithSkew(o, skews[i])
+			}
+			sh := must(shared.Share(bs[i], o))
 			defer sh.Close()
 		}
 	}
@@ -114,6 +118,34 @@ func TestFleetLearnsOnce(t *testing.T) {
 	fleet := runFleet(t, srv, "catalog")
 	t.Logf("local breakers: %d downstream calls, %d probes; shared: %d calls, %d probes in %d rounds, all open %v after the first",
 		local.downstream, local.probes, fleet.downstream, fleet.probes, fleet.rounds, fleet.lastFirstOpen.Sub(fleet.firstOpen))
+	if fleet.downstream*4 > local.downstream {
+		t.Errorf("shared: %d downstream calls, local: %d; want at most a quarter", fleet.downstream, local.downstream)
+	}
+	if d := fleet.lastFirstOpen.Sub(fleet.firstOpen); fleet.firstOpen.IsZero() || d > 100*time.Millisecond {
+		t.Errorf("the last instance opened %v after the first, want within 100ms", d)
+	}
+	if fleet.rounds == 0 || fleet.probes > 3*uint64(fleet.rounds) {
+		t.Errorf("%d probes over the fleet in %d rounds, want at most 3 a round", fleet.probes, fleet.rounds)
+	}
+}
+
+// TestClockSkew: TestFleetLearnsOnce's fleet with clocks that disagree by
+// up to 10 s (−5 s to +5 s: ten open stays): times cross instances in
+// Redis's clock, each instance converting with the offset it measures at
+// every sync, so the skew changes nothing: all open within 100 ms of the
+// first, at most a quarter of the local breakers' downstream calls, and
+// one round of probes for the fleet.
+func TestClockSkew(t *testing.T) {
+	if testing.Short() {
+		t.Skip("10 s of real time against redis-server: not in -short")
+	}
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv := startRedis(t, "")
+	local := runFleet(t, nil, "")
+	s := time.Second
+	fleet := runFleet(t, srv, "skewed", -5*s, -5*s/2, 0, 5*s/2, 5*s)
+	t.Logf("local breakers: %d downstream calls; shared with skewed clocks: %d calls, %d probes in %d rounds, all open %v after the first",
+		local.downstream, fleet.downstream, fleet.probes, fleet.rounds, fleet.lastFirstOpen.Sub(fleet.firstOpen))
 	if fleet.downstream*4 > local.downstream {
 		t.Errorf("shared: %d downstream calls, local: %d; want at most a quarter", fleet.downstream, local.downstream)
 	}
