@@ -74,6 +74,14 @@ func (r *redisServer) client(t testing.TB) *redis.Client {
 
 func (r *redisServer) clientB(b *testing.B) *redis.Client { return r.client(b) }
 
+// fleetRedis is where a fleet's breakers are shared: one redis-server, or
+// a Cluster.
+type fleetRedis interface {
+	universal(t testing.TB) redis.UniversalClient
+}
+
+func (r *redisServer) universal(t testing.TB) redis.UniversalClient { return r.client(t) }
+
 func must[T any](v T, err error) T {
 	if err != nil {
 		panic(err)

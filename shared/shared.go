@@ -136,6 +136,22 @@ func (sh *Shared) fromServer(ns int64) time.Time {
 	return time.Unix(0, ns-sh.offset.Load()).Add(-sh.skew)
 }
 
+// redisTime reads the answer of a script returning TIME.
+func redisTime(c *redis.Cmd) (time.Time, error) {
+	v, err := c.Slice()
+	if err != nil || len(v) != 2 {
+		return time.Time{}, fmt.Errorf("TIME: %v %v", v, err)
+	}
+	secs, ok1 := v[0].(string)
+	usecs, ok2 := v[1].(string)
+	sec, err1 := strconv.ParseInt(secs, 10, 64)
+	usec, err2 := strconv.ParseInt(usecs, 10, 64)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return time.Time{}, fmt.Errorf("TIME: %v", v)
+	}
+	return time.Unix(sec, usec*1000), nil
+}
+
 // serverSec is Redis's second now: the counts' buckets are named by it.
 func (sh *Shared) serverSec() int64 { return sh.toServer(time.Now()) / int64(time.Second) }
 
@@ -556,12 +572,14 @@ func (sh *Shared) syncUntil(ctx context.Context, deadline time.Time) (syncResult
 		}
 		got := p.MGet(ctx, window...)
 		st := p.Get(ctx, stateKey)
-		tm := p.Time(ctx)
+		// TIME of the node that holds the breaker's keys (in a Cluster,
+		// another node's clock may differ).
+		tm := p.Eval(ctx, "return redis.call('TIME')", []string{stateKey})
 		sent := time.Now()
 		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return r, err
 		}
-		if server, err := tm.Result(); err == nil {
+		if server, err := redisTime(tm); err == nil {
 			// Redis read its clock between the send and the answer: at
 			// the midpoint, within half the round trip.
 			mid := sent.Add(time.Since(sent) / 2)

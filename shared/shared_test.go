@@ -37,7 +37,7 @@ type fleetRun struct {
 // runFleet runs 5 instances, each calling a downstream that always fails
 // 20 times a second for 5 s, with their breakers shared through srv or
 // not; skews, if given, are the errors of their clocks.
-func runFleet(t *testing.T, srv *redisServer, name string, skews ...time.Duration) fleetRun {
+func runFleet(t *testing.T, srv fleetRedis, name string, skews ...time.Duration) fleetRun {
 	const instances = 5
 	var r fleetRun
 	var mu sync.Mutex
@@ -58,7 +58,7 @@ func runFleet(t *testing.T, srv *redisServer, name string, skews ...time.Duratio
 			}
 		})))
 		if srv != nil {
-			o := shared.Options{Client: srv.client(t), Name: name}
+			o := shared.Options{Client: srv.universal(t), Name: name}
 			if skews != nil {
 				o = shared.WithSkew(o, skews[i])
 			}
@@ -112,8 +112,16 @@ func TestFleetLearnsOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("10 s of real time against redis-server: not in -short")
 	}
-	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	srv := startRedis(t, "")
+	backends(t, func(t *testing.T, srv fleetRedis) {
+		// After the clients' Close (cleanups run last first): what a
+		// client leaves until it is closed is not a leak of ours.
+		ignore := goleak.IgnoreCurrent()
+		t.Cleanup(func() { goleak.VerifyNone(t, ignore) })
+		fleetLearnsOnce(t, srv)
+	})
+}
+
+func fleetLearnsOnce(t *testing.T, srv fleetRedis) {
 	local := runFleet(t, nil, "")
 	fleet := runFleet(t, srv, "catalog")
 	t.Logf("local breakers: %d downstream calls, %d probes; shared: %d calls, %d probes in %d rounds, all open %v after the first",
@@ -157,13 +165,20 @@ func TestClockSkew(t *testing.T) {
 	}
 }
 
+// backends runs test against one redis-server and against a Redis
+// Cluster of three masters.
+func backends(t *testing.T, test func(t *testing.T, srv fleetRedis)) {
+	t.Run("redis-server", func(t *testing.T) { test(t, startRedis(t, "")) })
+	t.Run("cluster", func(t *testing.T) { test(t, startCluster(t)) })
+}
+
 // instance is one instance of a service: its breaker, shared through srv.
 type instance struct {
 	b  *breaker.Breaker
 	sh *shared.Shared
 }
 
-func newInstance(t *testing.T, srv *redisServer, name string, o shared.Options) instance {
+func newInstance(t *testing.T, srv fleetRedis, name string, o shared.Options) instance {
 	t.Helper()
 	start := time.Now()
 	b := must(breaker.New(fleetSettings(func(from, to breaker.State) {
@@ -171,7 +186,7 @@ func newInstance(t *testing.T, srv *redisServer, name string, o shared.Options) 
 			t.Logf("%v %v→%v", time.Since(start).Round(time.Millisecond), from, to)
 		}
 	})))
-	o.Client, o.Name = srv.client(t), name
+	o.Client, o.Name = srv.universal(t), name
 	sh := must(shared.Share(b, o))
 	t.Cleanup(func() { sh.Close() })
 	return instance{b, sh}
@@ -209,8 +224,9 @@ func waitFor(cond func() bool) bool {
 // the scheduling. (With the three starting at once, a loaded machine let
 // the failing instance run ahead of the others' synced counts: 38 failures
 // of 76 calls, the rule's 50 %, about one run in ten.)
-func TestOneInstanceCannotOpenTheFleet(t *testing.T) {
-	srv := startRedis(t, "")
+func TestOneInstanceCannotOpenTheFleet(t *testing.T) { backends(t, testOneInstanceCannotOpenTheFleet) }
+
+func testOneInstanceCannotOpenTheFleet(t *testing.T, srv fleetRedis) {
 	a, b, c := newInstance(t, srv, "payments", shared.Options{}), newInstance(t, srv, "payments", shared.Options{}), newInstance(t, srv, "payments", shared.Options{})
 	var wg sync.WaitGroup
 	wg.Go(func() { b.calls(60, false) })
@@ -222,7 +238,7 @@ func TestOneInstanceCannotOpenTheFleet(t *testing.T) {
 	wg.Go(func() { a.calls(60, true) })
 	wg.Wait()
 	until := time.Now().Add(time.Minute).UnixNano()
-	_ = srv.client(t).Publish(context.Background(), "callguard:breaker:{payments}:changes", fmt.Sprintf("open %d intruder", until)).Err()
+	_ = srv.universal(t).Publish(context.Background(), "callguard:breaker:{payments}:changes", fmt.Sprintf("open %d intruder", until)).Err()
 	time.Sleep(300 * time.Millisecond)
 	if a.b.Counts().Opens == 0 || b.b.State() != breaker.StateClosed || c.b.State() != breaker.StateClosed {
 		t.Errorf("a opened %d times; b %v, c %v: want a open, b and c closed", a.b.Counts().Opens, b.b.State(), c.b.State())
@@ -232,8 +248,9 @@ func TestOneInstanceCannotOpenTheFleet(t *testing.T) {
 // TestSharedStateSurvives: an instance that starts while the fleet's
 // breaker is open starts open; a breaker forced open, disabled or reset by
 // an operator on one instance is so on all.
-func TestSharedStateSurvives(t *testing.T) {
-	srv := startRedis(t, "")
+func TestSharedStateSurvives(t *testing.T) { backends(t, testSharedStateSurvives) }
+
+func testSharedStateSurvives(t *testing.T, srv fleetRedis) {
 	a := newInstance(t, srv, "search", shared.Options{})
 	a.calls(45, true) // trips the fleet's rule alone: 45 of 45 calls failed
 	if !waitFor(func() bool { return a.b.State() == breaker.StateOpen }) {
@@ -373,8 +390,9 @@ func TestGobreakerDistributedBeside(t *testing.T) {
 // the round's probes close every instance, and the fleet stays closed:
 // the outage's failures, still in the window's buckets, do not trip it
 // again (a close clears them).
-func TestRecoveryHolds(t *testing.T) {
-	srv := startRedis(t, "")
+func TestRecoveryHolds(t *testing.T) { backends(t, testRecoveryHolds) }
+
+func testRecoveryHolds(t *testing.T, srv fleetRedis) {
 	ins := []instance{newInstance(t, srv, "cart", shared.Options{}), newInstance(t, srv, "cart", shared.Options{}), newInstance(t, srv, "cart", shared.Options{})}
 	var down atomic.Bool
 	down.Store(true)
