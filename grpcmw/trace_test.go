@@ -24,16 +24,7 @@ import (
 // with grpc.previous-rpc-attempts 1 (gRFC A72's), and a callguard.retry
 // event on the caller's span; read back through the SDK's recorder.
 func TestTracing(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Hour}))
-	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), b, must(timeout.New(time.Second))))
-	_, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
-		if n == 1 {
-			return testserver.GRPCAnswer{Code: codes.Unavailable}
-		}
-		return testserver.GRPCAnswer{}
-	}, must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.Tracing(tp))).DialOptions()...)
+	rec, tp, _, client := tracedServer(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
 	if err := check(ctx, client); err != nil {
 		t.Fatal(err)
@@ -75,16 +66,7 @@ func TestTracing(t *testing.T) {
 // event on the caller's span; a stream the breaker refuses is no attempt
 // span, and the caller's span carries callguard.rejected.
 func TestTracingStreams(t *testing.T) {
-	rec := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
-	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Hour}))
-	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), b, must(timeout.New(time.Second))))
-	_, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
-		if n == 1 {
-			return testserver.GRPCAnswer{Code: codes.Unavailable}
-		}
-		return testserver.GRPCAnswer{}
-	}, must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.Tracing(tp))).DialOptions()...)
+	rec, tp, b, client := tracedServer(t)
 	ctx, span := tp.Tracer("test").Start(context.Background(), "caller")
 	w, err := client.Watch(ctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -142,4 +124,22 @@ func TestTracingStreams(t *testing.T) {
 	if ev := refused.Events(); len(ev) != 1 || ev[0].Name != "callguard.rejected" {
 		t.Errorf("the refused stream's caller's events %v, want one callguard.rejected", ev)
 	}
+}
+
+// tracedServer is a server whose first call fails Unavailable and the
+// rest succeed, and a client through retry(3) → breaker → timeout traced
+// into rec.
+func tracedServer(t *testing.T) (*tracetest.SpanRecorder, *sdktrace.TracerProvider, *breaker.Breaker, healthpb.HealthClient) {
+	t.Helper()
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 5, OpenTimeout: time.Hour}))
+	c := must(chain.New(must(retry.New(retry.MaxAttempts(3), retry.Constant(0))), b, must(timeout.New(time.Second))))
+	_, client := server(t, func(n int64, _ string) testserver.GRPCAnswer {
+		if n == 1 {
+			return testserver.GRPCAnswer{Code: codes.Unavailable}
+		}
+		return testserver.GRPCAnswer{}
+	}, must(grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.Tracing(tp))).DialOptions()...)
+	return rec, tp, b, client
 }

@@ -1,35 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// labJSON runs the lab with args and --json, and returns the report.
-func labJSON(t *testing.T, args ...string) Report {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "lab.json")
-	var stdout, stderr bytes.Buffer
-	if code := run(append(args, "--json", out), &stdout, &stderr); code != 0 {
-		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		t.Fatal(err)
-	}
-	return r
-}
-
-// column is the index of the table's column named name.
 func column(t *testing.T, tb *Table, name string) int {
 	t.Helper()
 	i := slices.Index(tb.Columns, name)
@@ -46,7 +22,7 @@ func TestC4CountsAgree(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time: 10 s")
 	}
-	r := labJSON(t, "--only", "C4", "--proto", "http")
+	r, _ := whatIfRun(t, "--only", "C4", "--proto", "http")
 	if len(r.Tables) != 1 || len(r.Tables[0].Timelines) != 2 {
 		t.Fatalf("%d tables, want 1 with 2 timelines", len(r.Tables))
 	}
@@ -83,7 +59,7 @@ func TestConfigurationsAtSeedDurations(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real time: 5 s")
 	}
-	r := labJSON(t, "--only", "C2,C3", "--proto", "grpc")
+	r, _ := whatIfRun(t, "--only", "C2,C3", "--proto", "grpc")
 	if len(r.Tables) != 2 {
 		t.Fatalf("%d tables, want C2 and C3", len(r.Tables))
 	}
