@@ -626,12 +626,21 @@ func (sh *Shared) reconcile(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		sh.toldOpens, sh.seen = opens, stored
-		if u, ok := sh.openUntilOf(stored); ok && stored != msg {
+		sh.toldOpens = opens
+		switch u, ok := sh.openUntilOf(stored); {
+		case stored == msg:
+			sh.seen = stored
+		case ok:
 			// The fleet's stay began first: adopt its until (the round is
 			// named by it), staying open at least as long as our own.
+			sh.seen = stored
 			bridge.BreakerOpenRemote(sh.b, u)
 			sh.toldOpens = sh.b.Counts().Opens
+		default:
+			// An operator's state the script kept (forced, disabled):
+			// applied here, not only marked seen, or the syncs after would
+			// take it for applied and this instance would never follow it.
+			sh.apply(stored, 0, 0, false)
 		}
 	case breaker.StateClosed:
 		sh.toldOpens = opens // an open and its close both came while we looked away
@@ -639,8 +648,13 @@ func (sh *Shared) reconcile(ctx context.Context) {
 			return
 		}
 		msg := "closed " + sh.id
-		if _, err := sh.publishNatural(ctx, msg, time.Hour, true); err == nil {
-			sh.owesClose, sh.seen = false, msg
+		if stored, err := sh.publishNatural(ctx, msg, time.Hour, true); err == nil {
+			sh.owesClose = false
+			if stored == msg {
+				sh.seen = msg
+			} else {
+				sh.apply(stored, 0, 0, false) // an operator's state, kept
+			}
 		}
 	}
 }
