@@ -50,15 +50,7 @@ func startCluster(t *testing.T) *redisCluster {
 		rc.nodes, rc.addrs = append(rc.nodes, n), append(rc.addrs, n.addr)
 	}
 	for _, a := range rc.addrs {
-		c := redis.NewClient(&redis.Options{Addr: a})
-		ok := false
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !ok; time.Sleep(20 * time.Millisecond) {
-			ok = c.Ping(context.Background()).Err() == nil
-		}
-		c.Close()
-		if !ok {
-			t.Fatalf("cluster node %s did not answer", a)
-		}
+		waitPing(t, a)
 	}
 	out, err := exec.Command("redis-cli", append(append([]string{"--cluster", "create"}, rc.addrs...), "--cluster-replicas", "0", "--cluster-yes")...).CombinedOutput()
 	if err != nil {

@@ -44,16 +44,19 @@ func startRedis(t testing.TB, addr string) *redisServer {
 	}
 	r := &redisServer{cmd: cmd, addr: addr}
 	t.Cleanup(r.kill)
+	waitPing(t, addr)
+	return r
+}
+
+// waitPing waits up to 10 s for the Redis at addr to answer.
+func waitPing(t testing.TB, addr string) {
+	t.Helper()
 	c := redis.NewClient(&redis.Options{Addr: addr})
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c.Ping(context.Background()).Err() == nil {
-			return r
-		}
+	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("redis-server on %s did not answer", addr)
+			t.Fatalf("redis on %s did not answer", addr)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

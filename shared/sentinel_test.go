@@ -80,17 +80,6 @@ sentinel failover-timeout %s 2000
 	}
 }
 
-func waitPing(t *testing.T, addr string) {
-	t.Helper()
-	c := redis.NewClient(&redis.Options{Addr: addr})
-	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); c.Ping(context.Background()).Err() != nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer", addr)
-		}
-	}
-}
-
 func splitAddr(a string) (string, string) {
 	i := strings.LastIndexByte(a, ':')
 	return a[:i], a[i+1:]
