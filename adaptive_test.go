@@ -168,8 +168,9 @@ func runPhases(t *testing.T, attempt *timeout.Policy, seed uint64, phases ...pha
 		}
 		for i := range phases {
 			time.Sleep(time.Until(bounds[i]))
+			st := b.State() // may move b on and call OnStateChange, which takes mu
 			mu.Lock()
-			if b.State() != breaker.StateOpen && res[i].listen < 0 {
+			if st != breaker.StateOpen && res[i].listen < 0 {
 				res[i].listen = 0
 			}
 			mu.Unlock()

@@ -271,8 +271,9 @@ func TestTimeoutBelowTailLatency(t *testing.T) {
 			}
 			wg.Wait()
 			d.wg.Wait()
+			st := b.State() // may move b on and call OnStateChange, which takes mu
 			mu.Lock()
-			if b.State() == breaker.StateOpen {
+			if st == breaker.StateOpen {
 				res.open += time.Since(openedAt) // still open at the end
 			}
 			mu.Unlock()

@@ -136,9 +136,11 @@ type Settings struct {
 	// OnStateChange is called after each transition, with no lock held, in
 	// the order the transitions happened. It may call State and Counts. It
 	// may run on the goroutine of a call other than the one that caused the
-	// transition. If it panics, the panic goes on in the call that was
-	// delivering the change, and the receivers still to be called get it
-	// at the breaker's next event.
+	// transition, State's included: an open stay that ended
+	// moves the breaker on when State reads it, so a lock OnStateChange
+	// takes must not be held around State. If it panics, the panic goes
+	// on in the call that was delivering the change, and the receivers
+	// still to be called get it at the breaker's next event.
 	OnStateChange func(from, to State)
 
 	// Engine selects the state machine (EngineNative by default).

@@ -260,8 +260,11 @@ func Tail(proto string, attempt time.Duration, scale float64, seed uint64) (Tail
 		})
 	}
 	wg.Wait()
+	// State may move the breaker on (an open stay just over) and call the
+	// receiver above, which takes mu: read it before taking mu.
+	st := b.State()
 	mu.Lock()
-	if b.State() == breaker.StateOpen {
+	if st == breaker.StateOpen {
 		res.Open += rec.since() - openedAt
 	}
 	mu.Unlock()
