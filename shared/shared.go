@@ -4,15 +4,19 @@
 // configured number of probes, not that many per instance.
 //
 // A call never waits on Redis: the breaker runs where it always did, in
-// the caller's process, lock-free; a goroutine per shared breaker (Share
-// starts it, Close ends it) carries its changes out and the others' in:
+// the caller's process, lock-free; a goroutine carries its changes out
+// and the others' in — one per shared breaker (Share starts it, Close
+// ends it), or one for all the breakers of a keyed set (a Group: one
+// pipeline per sync for the keys with activity, one pattern subscription,
+// a key's sharing ended when an adapter's keyed set evicts its chain):
 //
 //   - a trip: the instance whose breaker opens writes the state key (the
 //     open-until time) and publishes it; every other instance opens until
 //     the same time, if the fleet's counts support it (below);
 //   - counts: every Sync (100 ms), each instance adds its calls and
 //     failures since the last sync to per-second buckets in Redis and reads
-//     the fleet's window back; when the fleet's failure rate trips the
+//     the fleet's window back (one script per breaker, all of them in one
+//     pipeline); when the fleet's failure rate trips the
 //     breaker's rule, every instance opens on its own reading of the same
 //     counts;
 //   - half-open: when the open stay ends, one instance claims the probe
@@ -38,8 +42,6 @@ package shared
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -51,7 +53,6 @@ import (
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -64,7 +65,8 @@ type Options struct {
 	// does not wait for the client's own ReadTimeout).
 	Client redis.UniversalClient
 	// Name names the breaker in Redis: instances that share a breaker use
-	// the same Name (keys "callguard:breaker:{Name}:…").
+	// the same Name (keys "callguard:breaker:{Name}:…"). A Group's names
+	// its keyed set: key k shares the breaker "Name/k".
 	Name string
 	// Budget bounds every Redis operation (default 50 ms), whatever the
 	// client does with context deadlines: past it, the operation is
@@ -87,184 +89,169 @@ type Options struct {
 	skew time.Duration // this instance's clock's error (tests only: export_test.go)
 }
 
-// Shared is a breaker shared through Redis. Its methods are safe for
-// concurrent use.
+// Shared is a breaker shared through Redis: alone (Share) or as a key of
+// a Group. Its methods are safe for concurrent use.
 type Shared struct {
-	b        *breaker.Breaker
-	s        breaker.Settings
-	o        Options
-	id       string
-	prefix   string
-	degraded atomic.Bool
+	g      *Group
+	key    string           // its group's key ("" alone)
+	b      *breaker.Breaker // its Settings are read where needed (not kept: a copy per key)
+	prefix string           // its Redis keys' prefix
 
-	reg     metric.Registration // the degraded gauge's callback
-	unwatch func()              // removes the receiver of the breaker's changes
-	changed chan struct{}       // a state change to look at (coalesced: the goroutine reads the latest state)
-	ctx     context.Context     // ended by Close
-	stop    context.CancelFunc
-	done    chan struct{}
-	closeMu sync.Once
+	unwatchFn func()      // removes the receiver of the breaker's changes
+	unwatched sync.Once   // unwatchFn called
+	dirty     atomic.Bool // a change event queued for the group's goroutine
+	retired   sync.Once   // Close or retire began
+	done      chan struct{}
+	finished  sync.Once
 
-	// One Redis operation at a time: a token in slot while it runs, held
-	// until it returns even when its caller stopped waiting at the budget.
-	slot   chan struct{}
-	opsMu  sync.Mutex // guards closed and the Add of ops
-	closed bool
-	ops    sync.WaitGroup
-
-	// The sharing goroutine's own (and Share's, before it starts):
+	// The group's goroutine's own (and Share's, before it starts):
 	sent      struct{ calls, fails uint64 } // counts already added to Redis
 	seen      string                        // the last state message applied or published
 	toldOpens uint64                        // the breaker's Opens when its open state was last told or applied
 	owesClose bool                          // the fleet may hold this instance open (it published or followed an open, or probes): a close must be published
+	gone      bool                          // removed from the group: its events are dropped
+	claim     *time.Timer                   // armed to claim the probe round of the stay armed
+	armed     time.Time                     // the stay a claim is set for
+	claimed   time.Time                     // the last stay claimed (or lost)
+	syncedAt  uint32                        // the group's tick of the key's last sync
 
 	// Times cross instances in Redis's clock, not this machine's: offset
 	// is Redis's TIME minus this instance's wall clock (ns), measured at
-	// every sync; skew shifts this instance's wall clock (tests only: a
-	// machine whose clock is off).
+	// every sync of the key.
 	offset atomic.Int64
-	skew   time.Duration
 }
+
+// skew shifts this instance's wall clock (tests only: a machine whose
+// clock is off).
+func (sh *Shared) skew() time.Duration { return sh.g.o.skew }
 
 // toServer is t (this process's time) in Redis's clock, as Unix ns.
 func (sh *Shared) toServer(t time.Time) int64 {
-	return t.Add(sh.skew).UnixNano() + sh.offset.Load()
+	return t.Add(sh.skew()).UnixNano() + sh.offset.Load()
 }
 
 // fromServer is a Unix ns time in Redis's clock in this process's.
 func (sh *Shared) fromServer(ns int64) time.Time {
-	return time.Unix(0, ns-sh.offset.Load()).Add(-sh.skew)
-}
-
-// redisTime reads the answer of a script returning TIME.
-func redisTime(c *redis.Cmd) (time.Time, error) {
-	v, err := c.Slice()
-	if err != nil || len(v) != 2 {
-		return time.Time{}, fmt.Errorf("TIME: %v %v", v, err)
-	}
-	secs, ok1 := v[0].(string)
-	usecs, ok2 := v[1].(string)
-	sec, err1 := strconv.ParseInt(secs, 10, 64)
-	usec, err2 := strconv.ParseInt(usecs, 10, 64)
-	if !ok1 || !ok2 || err1 != nil || err2 != nil {
-		return time.Time{}, fmt.Errorf("TIME: %v", v)
-	}
-	return time.Unix(sec, usec*1000), nil
+	return time.Unix(0, ns-sh.offset.Load()).Add(-sh.skew())
 }
 
 // serverSec is Redis's second now: the counts' buckets are named by it.
 func (sh *Shared) serverSec() int64 { return sh.toServer(time.Now()) / int64(time.Second) }
 
 // Share shares b, a breaker made by breaker.New with the native engine,
-// through Redis, until Close. It reads the fleet's state first: an
-// instance that starts while the fleet's breaker is open (and the fleet's
-// counts support it) starts open. Share a breaker with one Shared at a
-// time.
+// through Redis, until Close. It reads the fleet's state first (within the
+// budget): an instance that starts while the fleet's breaker is open (and
+// the fleet's counts support it) starts open. A breaker is shared by one
+// Shared at a time. For the breakers of a keyed set, one per key, use a
+// Group: one goroutine and one pipeline for all of them.
 func Share(b *breaker.Breaker, o Options) (*Shared, error) {
-	switch {
-	case b == nil:
+	if b == nil {
 		return nil, errors.New("shared: Share(nil, …): needs a breaker")
-	case o.Client == nil:
-		return nil, errors.New("shared: Options.Client is nil")
-	case o.Name == "" || strings.ContainsAny(o.Name, "{} "):
-		return nil, fmt.Errorf("shared: Options.Name = %q: must be set, without braces or spaces", o.Name)
-	case o.Budget < 0:
-		return nil, fmt.Errorf("shared: Options.Budget = %v: must be >= 0 (0: 50ms)", o.Budget)
-	case o.Sync < 0:
-		return nil, fmt.Errorf("shared: Options.Sync = %v: must be >= 0 (0: 100ms)", o.Sync)
 	}
-	s := b.Settings()
-	if s.Engine != breaker.EngineNative {
-		return nil, errors.New("shared: the breaker must use breaker.EngineNative (its state is moved by other instances)")
+	if err := o.check(); err != nil {
+		return nil, err
 	}
-	if o.Budget == 0 {
-		o.Budget = 50 * time.Millisecond
+	g := newGroup(o, true)
+	sh, err := newMember(g, "", b)
+	if err != nil {
+		return nil, err
 	}
-	if o.Sync == 0 {
-		o.Sync = 100 * time.Millisecond
+	if err := g.register(); err != nil {
+		sh.finish()
+		return nil, err
 	}
-	var idBytes [8]byte
-	_, _ = rand.Read(idBytes[:])
-	sh := &Shared{b: b, s: s, o: o, skew: o.skew,
-		id:      hex.EncodeToString(idBytes[:]),
-		prefix:  "callguard:breaker:{" + o.Name + "}:",
-		changed: make(chan struct{}, 1),
-		done:    make(chan struct{}),
-		slot:    make(chan struct{}, 1),
-	}
-	c := b.Counts()
-	sh.sent.calls, sh.sent.fails = c.Successes+c.Failures+c.SlowUnanswered, c.Failures
-	if o.Metrics != nil {
-		m := o.Metrics.Meter("github.com/callguard/callguard")
-		g, err := m.Int64ObservableGauge("callguard.shared.degraded",
-			metric.WithDescription("1 while a shared breaker's Redis does not answer (the breaker is on its own), 0 otherwise."))
-		if err != nil {
-			return nil, fmt.Errorf("shared: Options.Metrics: %w", err)
-		}
-		name := metric.WithAttributes(attribute.String("callguard.breaker.name", o.Name))
-		reg, err := m.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-			v := int64(0)
-			if sh.Degraded() {
-				v = 1
-			}
-			ob.ObserveInt64(g, v, name)
-			return nil
-		}, g)
-		if err != nil {
-			return nil, fmt.Errorf("shared: Options.Metrics: %w", err)
-		}
-		sh.reg = reg
-	}
-	sh.unwatch = bridge.BreakerWatch(b, "", func(breaker.StateChange) {
-		select {
-		case sh.changed <- struct{}{}:
-		default: // a look is due already: it reads the latest state
-		}
-	})
-	sh.ctx, sh.stop = context.WithCancel(context.Background())
-	ctx := sh.ctx
-	sh.toldOpens = b.Counts().Opens
-	// Subscribed before the state is read, so that no change falls between
-	// them, both within one budget (go-redis makes the subscription when
-	// Redis answers, if it does not now; the state is then read at a sync).
-	deadline := time.Now().Add(o.Budget)
-	sub := o.Client.Subscribe(ctx)
-	_, _ = do(sh, ctx, deadline, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, sub.Subscribe(ctx, sh.channel())
-	})
-	if r, err := sh.syncUntil(ctx, deadline); err == nil && r.state != "" {
-		sh.apply(r.state, r.calls, r.fails, r.trusted)
-	}
-	go sh.run(ctx, sub)
+	g.members[""] = sh
+	g.start(sh)
 	return sh, nil
 }
 
-// Close stops sharing: the breaker goes on alone. It waits for the sharing
-// goroutine to end, and for a Redis operation in flight to return: Close
-// cancels its context, which ends it at once with a client that honours
-// contexts (redis.Options.ContextTimeoutEnabled); otherwise the client's
-// own timeouts end it. After Close, ForceOpen, Disable and Reset change
-// the local breaker only, and return ErrClosed.
-func (sh *Shared) Close() error {
-	var err error
-	sh.closeMu.Do(func() {
-		sh.stop()
-		<-sh.done
-		sh.opsMu.Lock()
-		sh.closed = true
-		sh.opsMu.Unlock()
-		sh.ops.Wait()
-		sh.unwatch()
-		if sh.reg != nil {
-			err = sh.reg.Unregister()
+// newMember makes b the member key of g, watching its changes.
+func newMember(g *Group, key string, b *breaker.Breaker) (*Shared, error) {
+	if b == nil {
+		return nil, fmt.Errorf("shared: Group.Share(%q, nil): needs a breaker", key)
+	}
+	if b.Settings().Engine != breaker.EngineNative {
+		return nil, errors.New("shared: the breaker must use breaker.EngineNative (its state is moved by other instances)")
+	}
+	name := g.o.Name
+	if !g.lone {
+		name += "/" + key
+	}
+	sh := &Shared{g: g, key: key, b: b, prefix: "callguard:breaker:{" + name + "}:", done: make(chan struct{})}
+	if _, dup := sharedBreakers.LoadOrStore(b, sh); dup {
+		return nil, fmt.Errorf("shared: the breaker of %q is shared already (Close that first)", name)
+	}
+	sh.offset.Store(g.offset.Load())
+	c := b.Counts()
+	sh.sent.calls, sh.sent.fails = c.Successes+c.Failures+c.SlowUnanswered, c.Failures
+	sh.toldOpens = c.Opens
+	sh.unwatchFn = bridge.BreakerWatch(b, "", func(breaker.StateChange) {
+		if !sh.dirty.Swap(true) {
+			g.post(event{m: sh, kind: evChanged})
 		}
 	})
-	return err
+	return sh, nil
+}
+
+func (sh *Shared) unwatch() { sh.unwatched.Do(sh.unwatchFn) }
+
+// finish ends the member: Close returns, the breaker may be shared again.
+func (sh *Shared) finish() {
+	sh.finished.Do(func() {
+		sh.unwatch()
+		sharedBreakers.CompareAndDelete(sh.b, sh)
+		close(sh.done)
+	})
+}
+
+// Close stops sharing: the breaker goes on alone. Alone (Share), it waits
+// for the sharing goroutine to end, and for a Redis operation in flight to
+// return: Close cancels its context, which ends it at once with a client
+// that honours contexts (redis.Options.ContextTimeoutEnabled); otherwise
+// the client's own timeouts end it. A group's key is removed at the
+// group's goroutine's next look (after the operation in flight, if any).
+// After Close, ForceOpen, Disable and Reset change the local breaker only,
+// and return ErrClosed.
+func (sh *Shared) Close() error {
+	if sh.g.lone {
+		return sh.g.Close()
+	}
+	sh.retire()
+	select {
+	case <-sh.done:
+	case <-sh.g.done:
+	}
+	return nil
+}
+
+// retire removes a group's key, without waiting.
+func (sh *Shared) retire() {
+	if sh.g.lone {
+		// A lone Share's breaker evicted from a keyed set: its goroutine
+		// is told to end, not waited for (the evicting call does not wait
+		// on Redis); Close still waits for it.
+		sh.retired.Do(func() {
+			sh.unwatch()
+			sh.g.stop()
+		})
+		return
+	}
+	sh.retired.Do(func() {
+		sh.unwatch()
+		g := sh.g
+		g.mu.Lock()
+		if g.members[sh.key] == sh {
+			delete(g.members, sh.key)
+		}
+		g.events = append(g.events, event{m: sh, kind: evRemove})
+		g.mu.Unlock()
+		g.notify()
+	})
 }
 
 // Degraded reports whether Redis failed to answer in time at the last
 // operation: the breaker is on its own until it answers again.
-func (sh *Shared) Degraded() bool { return sh.degraded.Load() }
+func (sh *Shared) Degraded() bool { return sh.g.Degraded() }
 
 // ForceOpen forces the breaker open on every instance, until Reset (the
 // state key says so; instances started later read it).
@@ -319,92 +306,11 @@ func (sh *Shared) windowKeys(sec int64) []string {
 
 // window is the breaker's counting window, in whole seconds (at least 1).
 func (sh *Shared) window() int64 {
-	w := sh.s.Window
+	w := sh.b.Settings().Window
 	if w <= 0 {
 		w = breaker.DefaultWindow
 	}
 	return max(int64((w+time.Second-1)/time.Second), 1)
-}
-
-// ErrClosed is returned by ForceOpen, Disable and Reset after Close: the
-// local breaker changed, the fleet was not told.
-var ErrClosed = errors.New("shared: closed")
-
-// ErrBudget is the error OnDegraded gets when Redis did not answer within
-// the budget (Options.Budget), or had not yet answered the operation
-// before (one operation at a time).
-var ErrBudget = errors.New("shared: Redis did not answer within the budget")
-
-// op runs f within the budget; see do.
-func (sh *Shared) op(ctx context.Context, f func(ctx context.Context) error) error {
-	_, err := do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, f(ctx)
-	})
-	return err
-}
-
-// do runs f on a goroutine of its own with a context that ends at
-// deadline, and returns its result if it comes by then: past the deadline
-// it returns ErrBudget whatever the client does with the context (a client
-// without ContextTimeoutEnabled ignores it on socket I/O), and f's late
-// result is dropped. One operation runs at a time per shared breaker: an
-// operation that finds the last one still running waits for it until its
-// own deadline, so that nothing piles up behind a hung Redis. It records
-// Redis answering or not (an operation that ctx itself ended says nothing
-// about Redis).
-func do[T any](sh *Shared, ctx context.Context, deadline time.Time, f func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	type result struct {
-		v   T
-		err error
-	}
-	var r result
-	select {
-	case sh.slot <- struct{}{}:
-		sh.opsMu.Lock()
-		if sh.closed {
-			sh.opsMu.Unlock()
-			<-sh.slot
-			return zero, ErrClosed
-		}
-		sh.ops.Add(1)
-		sh.opsMu.Unlock()
-		octx, cancel := context.WithDeadline(ctx, deadline)
-		stopOnClose := context.AfterFunc(sh.ctx, cancel)
-		res := make(chan result, 1)
-		go func() {
-			defer sh.ops.Done()
-			defer func() { <-sh.slot }()
-			defer cancel()
-			defer stopOnClose()
-			v, err := f(octx)
-			if errors.Is(err, redis.Nil) {
-				err = nil
-			}
-			res <- result{v, err}
-		}()
-		select {
-		case r = <-res:
-		case <-t.C:
-			r.err = ErrBudget
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-	case <-t.C:
-		r.err = ErrBudget
-	case <-ctx.Done():
-		r.err = ctx.Err()
-	}
-	if ctx.Err() != nil {
-		return r.v, r.err
-	}
-	was := sh.degraded.Swap(r.err != nil)
-	if was != (r.err != nil) && sh.o.OnDegraded != nil {
-		sh.o.OnDegraded(r.err)
-	}
-	return r.v, r.err
 }
 
 // natural writes and publishes a breaker's own change, unless an operator
@@ -434,14 +340,14 @@ func (sh *Shared) publishNatural(ctx context.Context, msg string, ttl time.Durat
 		keys = append(keys, sh.windowKeys(sh.serverSec())...)
 	}
 	now := strconv.FormatInt(sh.toServer(time.Now()), 10)
-	return do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (string, error) {
-		return sh.o.Client.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.id).Text()
+	return do(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (string, error) {
+		return sh.g.o.Client.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.g.id).Text()
 	})
 }
 
 // openMsg is the state of a stay open until until: in Redis's clock.
 func (sh *Shared) openMsg(until time.Time) string {
-	return "open " + strconv.FormatInt(sh.toServer(until), 10) + " " + sh.id
+	return "open " + strconv.FormatInt(sh.toServer(until), 10) + " " + sh.g.id
 }
 
 // openUntilOf parses "open <until> <instance>", in this process's time.
@@ -462,9 +368,9 @@ func (sh *Shared) probeKey() string { return sh.prefix + "probe" }
 // operator writes and publishes an operator's change; a reset clears the
 // fleet's counts.
 func (sh *Shared) operator(ctx context.Context, verb string) error {
-	msg := verb + " " + sh.id
-	return sh.op(ctx, func(ctx context.Context) error {
-		p := sh.o.Client.TxPipeline()
+	msg := verb + " " + sh.g.id
+	return sh.g.op(ctx, func(ctx context.Context) error {
+		p := sh.g.o.Client.TxPipeline()
 		p.Set(ctx, sh.stateKey(), msg, 0)
 		p.Publish(ctx, sh.channel(), msg)
 		if verb == "reset" {
@@ -481,7 +387,7 @@ func (sh *Shared) operator(ctx context.Context, verb string) error {
 func (sh *Shared) apply(msg string, calls, fails uint64, trusted bool) {
 	sh.seen = msg
 	f := strings.Fields(msg)
-	if len(f) < 2 || f[len(f)-1] == sh.id {
+	if len(f) < 2 || f[len(f)-1] == sh.g.id {
 		return // malformed, or our own
 	}
 	switch f[0] {
@@ -520,86 +426,11 @@ func (sh *Shared) apply(msg string, calls, fails uint64, trusted bool) {
 // half the calls failing. (Slow calls count as calls, not failures; a rule
 // of SlowCallRate alone is not shared.)
 func (sh *Shared) trips(calls, fails uint64) bool {
-	s := sh.s
+	s := sh.b.Settings()
 	if s.FailureRate > 0 {
 		return calls >= uint64(max(s.MinCalls, 1)) && float64(fails) >= s.FailureRate*float64(calls)
 	}
 	return s.ConsecutiveFailures > 0 && fails >= uint64(s.ConsecutiveFailures) && 2*fails >= calls
-}
-
-// syncResult is what a sync reads back: the fleet's counts over the
-// window, the state key, and whether the counts can be trusted to trip on
-// (see sync).
-type syncResult struct {
-	calls, fails uint64
-	state        string
-	trusted      bool
-}
-
-// sync adds this instance's calls and failures since the last sync to the
-// current second's buckets, and returns the fleet's over the window and
-// the state key. What could not be added (Redis down) is dropped: an
-// outage's worth of one instance's counts, added at once when Redis
-// answers again, would trip the fleet on a view of its own. The counts are
-// not trusted when the breaker closed while the sync was in flight, or
-// when a close of this instance is not yet published (the window not yet
-// cleared): they are the outage's, and would re-open the fleet on a
-// healthy downstream.
-func (sh *Shared) sync(ctx context.Context) (syncResult, error) {
-	return sh.syncUntil(ctx, time.Now().Add(sh.o.Budget))
-}
-
-func (sh *Shared) syncUntil(ctx context.Context, deadline time.Time) (syncResult, error) {
-	c := sh.b.Counts()
-	stBefore, opensBefore := sh.b.State(), c.Opens
-	nowCalls, nowFails := c.Successes+c.Failures+c.SlowUnanswered, c.Failures
-	dc, df := nowCalls-sh.sent.calls, nowFails-sh.sent.fails
-	sh.sent.calls, sh.sent.fails = nowCalls, nowFails
-	sec := sh.serverSec()
-	ck, fk := sh.bucketKeys(sec)
-	ttl := time.Duration(sh.window()+2) * time.Second
-	window, stateKey := sh.windowKeys(sec), sh.stateKey()
-	r, err := do(sh, ctx, deadline, func(ctx context.Context) (syncResult, error) {
-		var r syncResult
-		p := sh.o.Client.Pipeline()
-		if dc > 0 {
-			p.IncrBy(ctx, ck, int64(dc))
-			p.Expire(ctx, ck, ttl)
-		}
-		if df > 0 {
-			p.IncrBy(ctx, fk, int64(df))
-			p.Expire(ctx, fk, ttl)
-		}
-		got := p.MGet(ctx, window...)
-		st := p.Get(ctx, stateKey)
-		// TIME of the node that holds the breaker's keys (in a Cluster,
-		// another node's clock may differ).
-		tm := p.Eval(ctx, "return redis.call('TIME')", []string{stateKey})
-		sent := time.Now()
-		if _, err := p.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return r, err
-		}
-		if server, err := redisTime(tm); err == nil {
-			// Redis read its clock between the send and the answer: at
-			// the midpoint, within half the round trip.
-			mid := sent.Add(time.Since(sent) / 2)
-			sh.offset.Store(server.UnixNano() - mid.Add(sh.skew).UnixNano())
-		}
-		for i, v := range got.Val() {
-			str, _ := v.(string)
-			n, _ := strconv.ParseUint(str, 10, 64)
-			if i%2 == 0 {
-				r.calls += n
-			} else {
-				r.fails += n
-			}
-		}
-		r.state = st.Val()
-		return r, nil
-	})
-	r.trusted = err == nil && !sh.owesClose && stBefore == breaker.StateClosed &&
-		sh.b.State() == breaker.StateClosed && sh.b.Counts().Opens == opensBefore
-	return r, err
 }
 
 // reconcile tells the fleet the breaker's own latest state, if the fleet
@@ -622,7 +453,7 @@ func (sh *Shared) reconcile(ctx context.Context) {
 		}
 		sh.owesClose = true
 		msg := sh.openMsg(until)
-		stored, err := sh.publishNatural(ctx, msg, time.Until(until)+sh.s.OpenTimeout, false)
+		stored, err := sh.publishNatural(ctx, msg, time.Until(until)+sh.b.Settings().OpenTimeout, false)
 		if err != nil {
 			return
 		}
@@ -647,7 +478,7 @@ func (sh *Shared) reconcile(ctx context.Context) {
 		if !sh.owesClose {
 			return
 		}
-		msg := "closed " + sh.id
+		msg := "closed " + sh.g.id
 		if stored, err := sh.publishNatural(ctx, msg, time.Hour, true); err == nil {
 			sh.owesClose = false
 			if stored == msg {
@@ -659,84 +490,64 @@ func (sh *Shared) reconcile(ctx context.Context) {
 	}
 }
 
-// run is the sharing goroutine.
-func (sh *Shared) run(ctx context.Context, sub *redis.PubSub) {
-	defer close(sh.done)
-	defer sub.Close()
-	msgs := sub.Channel()
-	tick := time.NewTicker(sh.o.Sync)
-	defer tick.Stop()
-	var claim *time.Timer
-	defer func() {
-		if claim != nil {
-			claim.Stop()
-		}
-	}()
-	claimAt := make(chan time.Time, 1)
-	var armed, claimed time.Time // the stay a claim is set for, and the last claimed (or lost)
-	armClaim := func() {
-		until := bridge.BreakerOpenUntil(sh.b)
-		if until.IsZero() || until.Equal(claimed) || until.Equal(armed) {
-			return
-		}
-		if claim != nil {
-			claim.Stop()
-		}
-		armed = until
-		// Ahead of the stay's end by a sync and two operations: the claim
-		// is settled before a caller can take the breaker half-open.
-		claim = time.AfterFunc(max(time.Until(until)-sh.o.Sync-2*sh.o.Budget, 0), func() {
-			select {
-			case claimAt <- until:
-			default:
-			}
-		})
+// active reports whether the member has anything to sync: calls since
+// the last sync, a state other than closed, an open or close not yet
+// told, an operator's state. A lone Share's breaker syncs at every tick
+// (it reads the state key for a message it missed even when idle).
+func (sh *Shared) active() bool {
+	if sh.g.lone {
+		return true
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case m, ok := <-msgs:
-			if !ok {
-				return
-			}
-			if m.Payload == sh.seen {
-				break // read from the state key already
-			}
-			var r syncResult
-			if strings.HasPrefix(m.Payload, "open ") && sh.b.State() == breaker.StateClosed {
-				var err error
-				if r, err = sh.sync(ctx); err != nil {
-					break // cannot check the fleet's counts: stay as we are
-				}
-			}
-			sh.apply(m.Payload, r.calls, r.fails, r.trusted)
-			armClaim()
-		case <-sh.changed:
+	c := sh.b.Counts()
+	called, told := c.Successes+c.Failures+c.SlowUnanswered != sh.sent.calls, c.Opens == sh.toldOpens
+	switch st := sh.b.State(); {
+	case called || !told || sh.b.Override() != breaker.OverrideNone:
+		return true
+	case st == breaker.StateOpen:
+		// An open stay told, and no calls: its state key is read once a
+		// second (a close whose message was lost), not at every sync.
+		return sh.g.ticks-sh.syncedAt >= quietOpenTicks
+	default:
+		return st != breaker.StateClosed || sh.owesClose
+	}
+}
+
+// quietOpenTicks is how many syncs apart a quiet open key is read.
+const quietOpenTicks = 10
+
+// onSync applies what a sync read: a state whose message this instance
+// missed, and a trip when the fleet's counts meet the rule.
+func (sh *Shared) onSync(ctx context.Context, r syncResult) {
+	if r.state != "" && r.state != sh.seen {
+		sh.apply(r.state, r.calls, r.fails, r.trusted)
+	}
+	if r.trusted && sh.b.State() == breaker.StateClosed && sh.b.Override() == breaker.OverrideNone && sh.trips(r.calls, r.fails) {
+		if until := bridge.BreakerTrip(sh.b); !until.IsZero() {
 			sh.reconcile(ctx)
-			armClaim()
-		case until := <-claimAt:
-			if !until.Equal(claimed) {
-				claimed = until
-				sh.claimRound(ctx, until)
-			}
-			armClaim()
-		case <-tick.C:
-			sh.reconcile(ctx)
-			r, err := sh.sync(ctx)
-			if err != nil {
-				break
-			}
-			if r.state != "" && r.state != sh.seen {
-				sh.apply(r.state, r.calls, r.fails, r.trusted) // a change whose message this instance missed
-			}
-			if r.trusted && sh.b.State() == breaker.StateClosed && sh.b.Override() == breaker.OverrideNone && sh.trips(r.calls, r.fails) {
-				if until := bridge.BreakerTrip(sh.b); !until.IsZero() {
-					sh.reconcile(ctx)
-				}
-			}
-			armClaim()
 		}
+	}
+	sh.armClaim()
+}
+
+// armClaim sets the claim of the probe round of the breaker's open stay:
+// ahead of the stay's end by a sync and two operations, so that the claim
+// is settled before a caller can take the breaker half-open.
+func (sh *Shared) armClaim() {
+	until := bridge.BreakerOpenUntil(sh.b)
+	if until.IsZero() || until.Equal(sh.claimed) || until.Equal(sh.armed) {
+		return
+	}
+	sh.stopClaim()
+	sh.armed = until
+	g := sh.g
+	sh.claim = time.AfterFunc(max(time.Until(until)-g.o.Sync-2*g.o.Budget, 0), func() {
+		g.post(event{m: sh, kind: evClaim, until: until})
+	})
+}
+
+func (sh *Shared) stopClaim() {
+	if sh.claim != nil {
+		sh.claim.Stop()
 	}
 }
 
@@ -776,14 +587,14 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 	if !bridge.BreakerOpenUntil(sh.b).Equal(until) {
 		return // the stay changed since (closed, extended, forced): no round to claim
 	}
-	ttl := (time.Until(until) + 2*sh.s.OpenTimeout).Milliseconds()
+	ttl := (time.Until(until) + 2*sh.b.Settings().OpenTimeout).Milliseconds()
 	keys := []string{sh.stateKey(), sh.probeKey(), sh.channel()}
 	type claimed struct {
 		won   bool
 		until time.Time
 	}
-	c, err := do(sh, ctx, time.Now().Add(sh.o.Budget), func(ctx context.Context) (claimed, error) {
-		v, err := sh.o.Client.Eval(ctx, claimScript, keys, sh.id, strconv.FormatInt(sh.toServer(until), 10), max(ttl, 1)).Slice()
+	c, err := do(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (claimed, error) {
+		v, err := sh.g.o.Client.Eval(ctx, claimScript, keys, sh.g.id, strconv.FormatInt(sh.toServer(until), 10), max(ttl, 1)).Slice()
 		if err != nil || len(v) != 2 {
 			return claimed{}, err
 		}
@@ -805,7 +616,7 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 	if !bridge.BreakerOpenUntil(sh.b).Equal(until) {
 		return // closed, or extended, during the claim
 	}
-	bridge.BreakerOpenRemote(sh.b, later(c.until, until).Add(sh.s.OpenTimeout))
+	bridge.BreakerOpenRemote(sh.b, later(c.until, until).Add(sh.b.Settings().OpenTimeout))
 	sh.toldOpens = sh.b.Counts().Opens // late (it had gone half-open): not a change to publish
 }
 

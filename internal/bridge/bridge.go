@@ -61,6 +61,14 @@ var (
 	BreakerFailure func(err error) bool
 )
 
+// Set by package shared (a module of its own: nil without it).
+var (
+	// BreakerRetired is told of b, a *breaker.Breaker, whose chain a
+	// keyed set evicted: its sharing through Redis ends. It must not
+	// block (the evicting call is a caller's).
+	BreakerRetired func(b any)
+)
+
 // Set by package retry.
 var (
 	// RetryBudget returns the budget of p, a *retry.Policy: its ratio of

@@ -44,6 +44,7 @@ type Set[T any] struct {
 	start     time.Time // what entries' use times count from
 	max       int
 	onEvict   func(key string)
+	onEvicted func(v T)
 
 	mu       sync.Mutex
 	m        map[string]*entry[T]
@@ -97,6 +98,8 @@ type Options[T any] struct {
 	// OnEvict is called with the key of each value evicted, with no lock
 	// held, on the goroutine of the call that evicted it.
 	OnEvict func(key string)
+	// Evicted is called with each value evicted, before OnEvict, likewise.
+	Evicted func(v T)
 }
 
 // New returns a Set that builds a key's value with build and keeps at most
@@ -111,7 +114,7 @@ func New[T any](build func(key string) (T, error), max int, o Options[T]) (*Set[
 	if o.Evictable == nil {
 		o.Evictable = func(T, time.Duration) bool { return true }
 	}
-	k := &Set[T]{build: build, evictable: o.Evictable, start: time.Now(), max: max, onEvict: o.OnEvict,
+	k := &Set[T]{build: build, evictable: o.Evictable, start: time.Now(), max: max, onEvict: o.OnEvict, onEvicted: o.Evicted,
 		m: make(map[string]*entry[T]), building: make(map[string]*flight[T])}
 	k.lru.prev, k.lru.next = &k.lru, &k.lru
 	return k, nil
@@ -141,13 +144,14 @@ func (k *Set[T]) GetReporting(key string) (T, bool, error) {
 		return f.v, false, f.err
 	}
 	var gone string
+	var goneV T
 	evicted := false
 	if k.n+len(k.building) >= k.max {
 		if time.Since(k.start) < k.noRoom {
 			v, err := k.overflowLocked() // unlocks
 			return v, true, err
 		}
-		gone, evicted = k.evictLocked()
+		gone, goneV, evicted = k.evictLocked()
 		if !evicted {
 			// Nothing could go: the next scan in 10 ms at the earliest, so
 			// that calls of overflowed keys do not each pay one.
@@ -159,6 +163,9 @@ func (k *Set[T]) GetReporting(key string) (T, bool, error) {
 	f := &flight[T]{done: make(chan struct{}), err: errors.New("the chain builder panicked for key " + key)}
 	k.building[key] = f
 	k.mu.Unlock()
+	if evicted && k.onEvicted != nil {
+		k.onEvicted(goneV)
+	}
 	if evicted && k.onEvict != nil {
 		k.onEvict(gone)
 	}
@@ -170,12 +177,12 @@ func (k *Set[T]) GetReporting(key string) (T, bool, error) {
 
 // evictLocked evicts the least recently used evictable value among the
 // last evictScan, moving those it passes over to the front; k.mu held.
-func (k *Set[T]) evictLocked() (key string, ok bool) {
+func (k *Set[T]) evictLocked() (key string, v T, ok bool) {
 	now := time.Since(k.start)
 	for range evictScan {
 		e := k.lru.prev
 		if e == &k.lru {
-			return "", false
+			return "", v, false
 		}
 		if !k.evictable(e.v, now-e.used) {
 			k.moveToFront(e)
@@ -185,9 +192,9 @@ func (k *Set[T]) evictLocked() (key string, ok bool) {
 		k.n--
 		delete(k.m, e.key)
 		k.evicted.Add(1)
-		return e.key, true
+		return e.key, e.v, true
 	}
-	return "", false
+	return "", v, false
 }
 
 // overflowLocked returns the overflow value, building it on first use;

@@ -13,6 +13,8 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/adapter"
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 func TestBoundedLRU(t *testing.T) {
@@ -225,4 +227,30 @@ func TestStaleKeysGo(t *testing.T) {
 			t.Errorf("after a minute unused: %+v, evicted %v, new2 built %d times; want junk1 evicted, new2 kept", st, evicted, builds["new2"])
 		}
 	})
+}
+
+// TestEvictionRetiresBreakers: the breakers of an evicted chain are told
+// to bridge.BreakerRetired (package shared ends their sharing), once,
+// before OnEvict; a kept chain's are not.
+func TestEvictionRetiresBreakers(t *testing.T) {
+	var retired []any
+	var evicted []string
+	old := bridge.BreakerRetired
+	defer func() { bridge.BreakerRetired = old }()
+	bridge.BreakerRetired = func(b any) {
+		if len(retired) != len(evicted) {
+			t.Error("retired after OnEvict")
+		}
+		retired = append(retired, b)
+	}
+	s, _ := source(t, 2, &evicted)
+	a, _ := s.Get("a")
+	_, _ = s.Get("b")
+	_, _ = s.Get("c") // evicts a
+	if len(retired) != 1 || len(evicted) != 1 || evicted[0] != "a" {
+		t.Fatalf("retired %d breakers, evicted %v; want a's one breaker", len(retired), evicted)
+	}
+	if bs := adapter.Breakers(a); len(bs) != 1 || retired[0] != any(bs[0]) {
+		t.Errorf("retired %v, want a's breaker %v", retired[0], bs)
+	}
 }

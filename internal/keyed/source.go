@@ -60,6 +60,16 @@ func (k kept[T]) evictable(idle time.Duration) bool {
 	return true
 }
 
+// retire ends what outlives an evicted chain's use: its breakers' sharing
+// through Redis (package shared), if any.
+func (k kept[T]) retire() {
+	if retired := bridge.BreakerRetired; retired != nil {
+		for _, b := range adapter.Breakers(k.c) {
+			retired(b)
+		}
+	}
+}
+
 // PerKeyOption is the part of an adapter's configuration that makes chains
 // per key.
 type PerKeyOption struct {
@@ -117,7 +127,7 @@ func NewSource[T any](pkg string, single *chain.Chain, perKey *PerKeyOption, pre
 			return kept[T]{}, err
 		}
 		return kept[T]{v: v, c: c, stale: staleAfter(c)}, nil
-	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].evictable, OnEvict: perKey.OnEvict})
+	}, perKey.MaxKeys, Options[kept[T]]{Evictable: kept[T].evictable, OnEvict: perKey.OnEvict, Evicted: kept[T].retire})
 	if err != nil {
 		return Source[T]{}, fmt.Errorf("%s: %s: %w", pkg, perKey.Name, err)
 	}
