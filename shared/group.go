@@ -41,7 +41,7 @@ import (
 //	g, err := shared.NewGroup(shared.Options{Client: rdb, Name: "hosts"})
 //	…
 //	defer g.Close()
-//	tr, err := httpmw.New(http.DefaultTransport, httpmw.PerHost(func(host string) (*chain.Chain, error) {
+//	tr, err := httpmw.New(http.DefaultTransport, nil, httpmw.PerHost(func(host string) (*chain.Chain, error) {
 //		b, err := breaker.New(settings)
 //		if err != nil {
 //			return nil, err
