@@ -187,7 +187,10 @@ func OnRetry(fn func(attempt int, err error, wait time.Duration)) Option {
 // FitDeadline plans each wait against the caller's deadline, so that the
 // attempt after it still gets its whole attempt timeout: a wait that would
 // leave the next attempt less than that before the deadline is shortened
-// to leave it, down to no wait at all. Without it, the wait is kept and
+// to leave it, down to no wait at all; when even no wait would leave less
+// (the attempt timeout is longer than what is left), the wait is kept, for
+// a rushed attempt would not get its time either and would only come
+// sooner to a downstream that is slow. Without it, the wait is kept and
 // the attempt after it gets what is left (with 1 s to the deadline, a
 // 300 ms attempt timeout and waits of 100 and 200 ms, a third attempt
 // after two hung ones starts at 900 ms and has 100 ms; with FitDeadline,
@@ -253,6 +256,9 @@ func New(opts ...Option) (*Policy, error) {
 	p := new(Policy)
 	*p = c.Policy
 	p.description = fmt.Sprintf("retry(%d)", p.attempts)
+	if p.fit {
+		p.description = fmt.Sprintf("retry(%d, FitDeadline)", p.attempts)
+	}
 	p.stats = new(retryStats)
 	p.x = p.bridged()
 	return p, nil
@@ -277,7 +283,8 @@ func (p *Policy) waits() []time.Duration {
 	return w
 }
 
-// String returns "retry(N)", N being the attempts.
+// String returns "retry(N)", N being the attempts, or "retry(N,
+// FitDeadline)" with [FitDeadline].
 func (p *Policy) String() string { return p.description }
 
 // Do calls call, and calls it again while it fails with a retryable error,
@@ -387,9 +394,14 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, reserve time.Dur
 		if p.fit && !deadline.IsZero() && reserve > 0 && !rejected && !at.After(now) {
 			// Leave the next attempt its planned time before the deadline,
 			// the wait shortened down to none (a wait for a pushback or an
-			// open breaker is the downstream's, and kept).
+			// open breaker is the downstream's, and kept). When even no
+			// wait would not leave it that, the wait is kept: rushed, the
+			// attempt would still not get its time, and would only come
+			// sooner to a downstream that is slow.
 			if _, pushed := pushback(err); !pushed {
-				wait = max(0, min(wait, deadline.Sub(now)-reserve))
+				if room := deadline.Sub(now) - reserve; room >= 0 {
+					wait = min(wait, room)
+				}
 			}
 		}
 		if !deadline.IsZero() && !now.Add(wait).Before(deadline) {

@@ -456,5 +456,13 @@ func TestFitDeadlineNeedsAReserve(t *testing.T) {
 		if want := []time.Duration{0, 400 * time.Millisecond, 700 * time.Millisecond}; !slices.Equal(at, want) {
 			t.Errorf("DoUntil with a reserve of 300 ms: attempts at %v, want %v", at, want)
 		}
+		// An attempt planned to take longer than all that is left cannot
+		// get its time whatever the wait: the waits are kept, not rushed.
+		at = nil
+		start = time.Now()
+		_ = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(time.Second), 1200*time.Millisecond, failing(10, &at, start, errDown))
+		if want := []time.Duration{0, 400 * time.Millisecond, 800 * time.Millisecond}; !slices.Equal(at, want) {
+			t.Errorf("DoUntil with a reserve of 1.2 s: attempts at %v, want %v", at, want)
+		}
 	})
 }
