@@ -304,6 +304,10 @@ func parityPeers(c cg) []stackDef {
 	retries := c.attempts - 1
 	probes := max(c.probes, 3)
 	closeOn := cmp.Or(c.successes, probes)
+	consecutive, rate := c.consecutive, c.rate
+	if consecutive == 0 && rate == 0 {
+		consecutive, rate = 10, 0.5 // callguard's defaults
+	}
 	judged := func(err error) bool { // a failure of the downstream
 		return err != nil && !errors.Is(err, scenario.ErrOverloaded) && !errors.Is(err, bulkhead.ErrFull) && !errors.Is(err, errHandwiredFull)
 	}
@@ -314,21 +318,21 @@ func parityPeers(c cg) []stackDef {
 	common := fmt.Sprintf("retry %d attempts, backoff %v→%v ×2, jitter 0.2, overload refusals and an open breaker not retried; ", c.attempts, c.initial, c.max)
 	tail := fmt.Sprintf("; bulkhead %d at once, no queue, inside the breaker, its rejections and the downstream's overload refusals not counted by the breaker; timeout %v per attempt (fixed)", parityBulkhead, c.attempt)
 	return []stackDef{
-		{"failsafe-parity", common + fmt.Sprintf("breaker opens on 50%% of at least 20 calls over 10s, open %v, closes on %d of %d probes", c.open, closeOn, probes) + tail,
+		{"failsafe-parity", common + fmt.Sprintf("breaker opens on %g%% of at least 20 calls over 10s, open %v, closes on %d of %d probes", 100*rate, c.open, closeOn, probes) + tail,
 			func(seed uint64) (scenario.Stack, error) {
 				rp := retrypolicy.NewBuilder[any]().WithDelayFunc(failsafeBackoff(c.initial, c.max, seed)).WithMaxRetries(retries).
 					HandleIf(func(_ any, err error) bool { return retried(err) }).Build()
 				cb := circuitbreaker.NewBuilder[any]().WithDelay(c.open).WithSuccessThresholdRatio(uint(closeOn), uint(probes)).
-					WithFailureRateThreshold(0.5, 20, 10*time.Second).
+					WithFailureRateThreshold(rate, 20, 10*time.Second).
 					HandleIf(func(_ any, err error) bool { return judged(err) }).Build()
 				return failsafeExec(failsafe.With[any](rp, cb, bulkhead.New[any](parityBulkhead), fstimeout.New[any](c.attempt))), nil
 			}},
-		{"handwired-parity", common + fmt.Sprintf("breaker (gobreaker/v2) opens on 10 consecutive failures or 50%% of at least 20 calls over 10s (10 buckets), open %v, closes on %d of %d probes (gobreaker: all must succeed)", c.open, probes, probes) + tail,
+		{"handwired-parity", common + fmt.Sprintf("breaker (gobreaker/v2) opens on %d consecutive failures or %g%% of at least 20 calls over 10s (10 buckets), open %v, closes on %d of %d probes (gobreaker: all must succeed)", consecutive, 100*rate, c.open, probes, probes) + tail,
 			func(uint64) (scenario.Stack, error) {
 				cb := gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 					Name: "downstream", MaxRequests: uint32(probes), Interval: 10 * time.Second, BucketPeriod: time.Second, Timeout: c.open,
 					ReadyToTrip: func(n gobreaker.Counts) bool {
-						return n.ConsecutiveFailures >= 10 || n.Requests >= 20 && 2*n.TotalFailures >= n.Requests
+						return int(n.ConsecutiveFailures) >= consecutive || n.Requests >= 20 && float64(n.TotalFailures) >= rate*float64(n.Requests)
 					},
 					IsExcluded: func(err error) bool { return err != nil && !judged(err) },
 				})

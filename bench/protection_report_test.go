@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -122,6 +123,28 @@ func compare(a, b cellRuns) string {
 	return "tie"
 }
 
+// paired compares a and b seed by seed (the same seed: the same arrivals,
+// service times and faults for both): "win" if a has more successes in
+// every seed, "loss" if fewer in every seed, "tie" otherwise; lo and hi
+// are the range of a's successes less b's over the seeds. Where the
+// seeds' own spread (an open loop's arrivals) is wider than the gap
+// between two stacks, the ranges overlap whatever the stacks do; the
+// same seed's difference is what the stacks changed.
+func paired(a, b cellRuns) (verdict string, lo, hi int) {
+	lo, hi = math.MaxInt, math.MinInt
+	for i := range min(len(a.results), len(b.results)) {
+		d := a.results[i].Successes - b.results[i].Successes
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	switch {
+	case lo > 0:
+		return "win", lo, hi
+	case hi < 0:
+		return "loss", lo, hi
+	}
+	return "tie", lo, hi
+}
+
 func secs(v float64) string {
 	if v < 0 {
 		return "never"
@@ -181,6 +204,7 @@ func (s sweep) tables() string {
 	b.WriteString(s.bestPeers("documented peer stack", documentedPeers))
 	b.WriteString(s.bestPeers("peer stack, documented or at parity", slices.Concat(documentedPeers, parityPeerNames)))
 	b.WriteString(s.frontier())
+	b.WriteString(s.frontierAtProtection())
 	b.WriteString("\n### Configurations\n\n")
 	for _, d := range stacks() {
 		fmt.Fprintf(&b, "- **%s**: %s\n", d.name, d.config)
@@ -204,8 +228,9 @@ var (
 func (s sweep) bestPeers(what string, names []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n### callguard against the best %s of each cell\n\n", what)
-	b.WriteString("| cell | callguard | best peer | its successes | verdict |\n|---|---|---|---|---|\n")
+	b.WriteString("| cell | callguard | best peer | its successes | verdict | seed by seed: callguard − peer | verdict, seed by seed |\n|---|---|---|---|---|---|---|\n")
 	w, l, t := 0, 0, 0
+	pw, pl, pt := 0, 0, 0
 	for _, c := range s.cells {
 		a, ok := c.find("callguard")
 		if !ok {
@@ -232,11 +257,20 @@ func (s sweep) bestPeers(what string, names []string) string {
 		default:
 			t++
 		}
+		pv, dlo, dhi := paired(a, best)
+		switch pv {
+		case "win":
+			pw++
+		case "loss":
+			pl++
+		default:
+			pt++
+		}
 		am, alo, ahi := a.stat(metrics[0].f)
 		pm, plo, phi := best.stat(metrics[0].f)
-		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %s |\n", c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, pm, plo, phi, v)
+		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %s | %+d to %+d | %s |\n", c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, pm, plo, phi, v, dlo, dhi, pv)
 	}
-	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best %s of each cell.\n", w, l, t, what)
+	fmt.Fprintf(&b, "\n%d wins, %d losses, %d ties against the best %s of each cell (ranges apart); seed by seed, %d wins, %d losses, %d ties.\n", w, l, t, what, pw, pl, pt)
 	return b.String()
 }
 
@@ -245,17 +279,23 @@ func (s sweep) bestPeers(what string, names []string) string {
 // retry, every ablation and experiment — and callguard's runs (ok false
 // without them).
 func (c sweepCell) frontierOf() (best, cg cellRuns, ok bool) {
-	cg, ok = c.find("callguard")
-	if !ok {
+	return c.bestWhere(func(cellRuns) bool { return true })
+}
+
+// bestWhere returns, in cell c, the stack with the most successes
+// (median) of those keep admits, and callguard's runs (ok false without
+// callguard or any admitted stack).
+func (c sweepCell) bestWhere(keep func(cellRuns) bool) (best, cg cellRuns, ok bool) {
+	if cg, ok = c.find("callguard"); !ok {
 		return
 	}
 	bestMed := -1.0
 	for _, r := range c.runs {
-		if med, _, _ := r.stat(successes); med > bestMed {
+		if med, _, _ := r.stat(successes); keep(r) && med > bestMed {
 			best, bestMed = r, med
 		}
 	}
-	return best, cg, true
+	return best, cg, bestMed >= 0
 }
 
 // frontier is the table of callguard against the best stack measured in
@@ -292,6 +332,64 @@ func (s sweep) frontier() string {
 	return b.String()
 }
 
+// Protection as much as callguard's, in a cell: at most this many more
+// downstream calls per request than callguard's, and at most this share
+// (and slack) of the worker time callguard's requests wasted on callers
+// that had given up (a hedge's losers, calls queued past their deadline).
+const (
+	moreCalls   = 0.05
+	moreWasted  = 1.25
+	wastedSlack = 1.0 // seconds
+)
+
+// frontierAtProtectionOf returns the stack of cell c with the most
+// successes (median) among those that cost the downstream no more than
+// callguard does (moreCalls, moreWasted), and callguard's runs.
+func (c sweepCell) frontierAtProtectionOf() (best, cg cellRuns, ok bool) {
+	cg, ok = c.find("callguard")
+	if !ok {
+		return
+	}
+	amp, _, _ := cg.stat(metrics[3].f)
+	wasted, _, _ := cg.stat(metrics[8].f)
+	return c.bestWhere(func(r cellRuns) bool {
+		a, _, _ := r.stat(metrics[3].f)
+		w, _, _ := r.stat(metrics[8].f)
+		return r.stack.name != "callguard" && a <= amp+moreCalls && w <= moreWasted*wasted+wastedSlack
+	})
+}
+
+// frontierAtProtection is the table of callguard against the best stack
+// of each cell that protects the downstream as much: the frontier a
+// stack reaches by sending more calls (a naive retry, a hedge) left out.
+func (s sweep) frontierAtProtection() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n### callguard against the frontier at equal protection (the best stack sending at most %g more downstream calls a request, and wasting at most %g × callguard's worker time + %g s)\n\n", moreCalls, moreWasted, wastedSlack)
+	b.WriteString("| cell | callguard | the best stack | its successes | callguard / best | verdict | seed by seed: callguard − it | verdict, seed by seed |\n|---|---|---|---|---|---|---|---|\n")
+	at98, n, losses := 0, 0, 0
+	for _, c := range s.cells {
+		best, cg, ok := c.frontierAtProtectionOf()
+		if !ok {
+			continue
+		}
+		n++
+		am, alo, ahi := cg.stat(successes)
+		bm, blo, bhi := best.stat(successes)
+		if am/bm >= 0.98 {
+			at98++
+		}
+		v := compare(cg, best)
+		if v == "loss" {
+			losses++
+		}
+		pv, dlo, dhi := paired(cg, best)
+		fmt.Fprintf(&b, "| %s / %s | %.0f [%.0f–%.0f] | %s | %.0f [%.0f–%.0f] | %.1f %% | %s | %+d to %+d | %s |\n",
+			c.scenario.Name, c.load.Name, am, alo, ahi, best.stack.name, bm, blo, bhi, 100*am/bm, v, dlo, dhi, pv)
+	}
+	fmt.Fprintf(&b, "\nAt equal protection, callguard is at 98 %% of the best or more in %d of %d cells, and loses %d (ranges apart).\n", at98, n, losses)
+	return b.String()
+}
+
 // TestFrontier: the frontier of a cell is the stack with the most
 // successes of all, whatever its kind, and callguard is read against it.
 func TestFrontier(t *testing.T) {
@@ -313,5 +411,53 @@ func TestFrontier(t *testing.T) {
 	out := sweep{cells: []sweepCell{c}}.frontier()
 	if !strings.Contains(out, "| s / l | 95 [90–100] | none | 101 [100–102] | 94.1 % | tie | 0 | – |") || !strings.Contains(out, "in 0 of 1 cells") {
 		t.Errorf("frontier table:\n%s", out)
+	}
+}
+
+// TestFrontierAtProtection: a stack that scores more by sending more
+// downstream calls, or by wasting more worker time, is not the frontier at
+// equal protection.
+func TestFrontierAtProtection(t *testing.T) {
+	runs := func(name string, succ int, amp, wasted float64) cellRuns {
+		r := cellRuns{stack: stackDef{name: name}}
+		for range 3 {
+			r.results = append(r.results, scenario.Result{Successes: succ, Amplification: amp, Wasted: time.Duration(wasted * float64(time.Second))})
+		}
+		return r
+	}
+	c := sweepCell{runs: []cellRuns{
+		runs("callguard", 100, 0.5, 10), runs("naive-retry", 200, 3, 10), runs("hedge", 150, 0.5, 40),
+		runs("careful", 101, 0.54, 13), runs("worse", 90, 0.4, 5),
+	}}
+	best, _, ok := c.frontierAtProtectionOf()
+	if !ok || best.stack.name != "careful" {
+		t.Errorf("frontier at equal protection %q, ok %t; want careful", best.stack.name, ok)
+	}
+}
+
+// TestPaired: seed by seed, a stack ahead in every seed wins even when the
+// seeds' spread makes the ranges overlap, and one behind in a seed ties.
+func TestPaired(t *testing.T) {
+	runs := func(ns ...int) cellRuns {
+		var r cellRuns
+		for _, n := range ns {
+			r.results = append(r.results, scenario.Result{Successes: n})
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		a, b   cellRuns
+		want   string
+		lo, hi int
+	}{
+		{runs(101, 201, 305), runs(100, 200, 300), "win", 1, 5},
+		{runs(99, 201, 305), runs(100, 200, 300), "tie", -1, 5},
+		{runs(90, 190), runs(100, 200), "loss", -10, -10},
+	} {
+		if v, lo, hi := paired(tc.a, tc.b); v != tc.want || lo != tc.lo || hi != tc.hi {
+			t.Errorf("paired = %s %+d..%+d, want %s %+d..%+d", v, lo, hi, tc.want, tc.lo, tc.hi)
+		} else if compare(tc.a, tc.b) == "win" && tc.want == "win" && tc.a.results[0].Successes < tc.b.results[2].Successes {
+			t.Errorf("ranges overlap, compare says win")
+		}
 	}
 }

@@ -299,14 +299,19 @@ func cgStack(name string, c cg) stackDef {
 }
 
 // recommended is callguard's recommended chain (docs/ordering.md): the
-// retry outside the breaker, without a budget; an adaptive concurrency
-// limit (Gradient2, its defaults) inside the retry; the breaker's default
-// trip rules, leaving the downstream's overload refusals (its queue full:
+// retry outside the breaker, without a budget, its waits fit to the
+// deadline; an adaptive concurrency
+// limit (Gradient2, its defaults) inside the retry; the breaker tripping
+// on 10 consecutive failures or 79 % of the attempts (half the requests),
+// leaving the downstream's overload refusals (its queue full:
 // grpcmw.Overloaded, httpmw.Overloaded) to the limit, a short fixed stay,
 // 2 of 3 probes to close; an adaptive attempt timeout following the p99 of
 // the last 5 s of answers.
 var recommended = cg{
-	attempts: 3, initial: 100 * time.Millisecond, max: time.Second,
+	attempts: 3, initial: 100 * time.Millisecond, max: time.Second, fit: true,
+	// the breaker's own count rule; its rate on attempts set to trip
+	// when half the requests fail (breaker.AttemptFailureRate)
+	consecutive: preset.DefaultConsecutiveFailures, rate: breaker.AttemptFailureRate(preset.DefaultRequestFailureRate, 3),
 	limit: "gradient2", neutralRefusals: true,
 	// as the adapters retry: an overload refusal (ResourceExhausted, 429)
 	// only when it says when, which the model's never do
@@ -342,7 +347,7 @@ func stacks() []stackDef {
 		cgStack("cg-fixed-timeout", recommended.with(func(c *cg) { c.adaptive = false })),
 		cgStack("cg-p99.9", recommended.with(func(c *cg) { c.quantile = 0 })),
 		cgStack("cg-window60s", recommended.with(func(c *cg) { c.window = 0 })),
-		cgStack("cg-consecutive5+rate", recommended.with(func(c *cg) { c.consecutive, c.rate = 5, 0.5 })),
+		cgStack("cg-consecutive5", recommended.with(func(c *cg) { c.consecutive = 5 })),
 		cgStack("cg-CG002-breaker-outside", recommended.with(func(c *cg) { c.order = "breaker-outside" })),
 		cgStack("cg-CG001-retry-when-open", recommended.with(func(c *cg) { c.order = "retry-when-open" })),
 		cgStack("cg-CG009-no-attempt-timeout", recommended.with(func(c *cg) { c.attempt = 0 })),
@@ -371,14 +376,15 @@ func stacks() []stackDef {
 // (the throttle beside it, a rate-only trip rule).
 func mechanisms() []stackDef {
 	return []stackDef{
-		cgStack("cg-fit", recommended.with(func(c *cg) { c.fit = true })),
+		cgStack("cg-no-fit", recommended.with(func(c *cg) { c.fit = false })),
+		cgStack("cg-rate50", recommended.with(func(c *cg) { c.rate = 0.5 })),
+		cgStack("cg-no-rate", recommended.with(func(c *cg) { c.rate = 0 })),
 		cgStack("cg-limit-from50", recommended.with(func(c *cg) { c.initialLimit = 50 })),
 		cgStack("cg-limit-queue", recommended.with(func(c *cg) { c.limitQueue, c.limitWait = 10, 100*time.Millisecond })),
-		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.rate = 0.5 })),
-		cgStack("cg-fit+rate-only", recommended.with(func(c *cg) { c.fit, c.rate = true, 0.5 })),
+		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.consecutive = 0 })),
 		cgStack("cg-probe-1of3", recommended.with(func(c *cg) { c.successes = 1 })),
 		cgStack("cg-open500ms", recommended.with(func(c *cg) { c.open = 500 * time.Millisecond })),
-		cgStack("cg-outside+fit", recommended.with(func(c *cg) { c.order, c.fit = "breaker-outside", true })),
+		cgStack("cg-outside+rate50", recommended.with(func(c *cg) { c.order, c.rate = "breaker-outside", 0.5 })),
 		cgStack("cg-outside+1of3", recommended.with(func(c *cg) { c.order, c.successes = "breaker-outside", 1 })),
 	}
 }
@@ -389,6 +395,8 @@ var experimental = []stackDef{
 	cgStack("x-open2", recommended.with(func(c *cg) { c.open = 2 * time.Second })),
 	cgStack("x-initial50", recommended.with(func(c *cg) { c.initial = 50 * time.Millisecond })),
 	cgStack("x-bulkhead16", recommended.with(func(c *cg) { c.limit, c.bulkheadSize = "bulkhead", 16 })),
+	cgStack("x-c15", recommended.with(func(c *cg) { c.consecutive = 15 })),
+	cgStack("x-rate90", recommended.with(func(c *cg) { c.rate = 0.9 })),
 }
 
 // seeds per cell.

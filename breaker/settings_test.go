@@ -222,3 +222,17 @@ func TestNativeKeepsWideCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestAttemptFailureRate: the rate of attempts at which the requests of a
+// retry around the breaker fail at the share asked for.
+func TestAttemptFailureRate(t *testing.T) {
+	for _, tc := range []struct {
+		req      float64
+		attempts int
+		want     float64
+	}{{0.5, 1, 0.5}, {0.5, 2, 0.71}, {0.5, 3, 0.79}, {0.5, 5, 0.87}, {0.25, 2, 0.5}, {0.5, 0, 0.5}} {
+		if got := breaker.AttemptFailureRate(tc.req, tc.attempts); got != tc.want {
+			t.Errorf("AttemptFailureRate(%g, %d) = %g, want %g", tc.req, tc.attempts, got, tc.want)
+		}
+	}
+}

@@ -48,6 +48,7 @@ func Rules() []Rule {
 		{"CG024", "limiter or bulkhead outside a retry: slots held through backoff waits; an adaptive limit measures whole requests"},
 		{"CG025", "error: the same breaker, throttle, limiter, bulkhead, hedge, budgeted retry or adaptive timeout twice in one chain: it counts each call twice"},
 		{"CG026", "info: two breakers in one chain: the inner sees every attempt the outer admits, and its rejections count as failures to the outer"},
+		{"CG027", "info: a breaker's failure rate inside a retry rates attempts: 50 % of attempts is an eighth of the requests with 3 attempts"},
 	}
 }
 

@@ -11,7 +11,8 @@ import (
 	"github.com/callguard/callguard/retry"
 )
 
-// breaker checks the breaker b, step i: CG001, CG002, CG007, CG009–CG013.
+// breaker checks the breaker b, step i: CG001, CG002, CG007, CG009–CG013,
+// CG027.
 func (l *linter) breaker(i int, b *breaker.Breaker) {
 	s := b.Settings()
 	// An adapted gobreaker: its settings are unknown, so only the rules of
@@ -39,6 +40,7 @@ func (l *linter) breaker(i int, b *breaker.Breaker) {
 		}
 		if j < i && a > 1 && known {
 			l.budgetOutside(o.rp(), name, s)
+			l.rateOfAttempts(o.rp(), name, s)
 		}
 	}
 
@@ -177,6 +179,22 @@ func (l *linter) budgetOutside(r *retry.Policy, name string, s breaker.Settings)
 	}
 	l.info("CG013", "%v draws its retries from a budget (%g%% of calls, %g tokens to start): once the starting tokens are spent, a downstream that is down sends %s %.2f failing calls per request instead of %d, so the breaker reaches %s after %s failing requests instead of %d%s. The budget is what keeps retries from piling onto an overloaded downstream; this is its cost. Fix, if detection matters more: a larger ratio, or a trip rule that needs fewer calls.",
 		r, 100*ratio, burst, name, 1+ratio, a, rule, with, without, refill)
+}
+
+// rateOfAttempts is CG027: the failure rate of breaker name, inside retry
+// r, is a rate of attempts, and trips when far fewer requests fail.
+func (l *linter) rateOfAttempts(r *retry.Policy, name string, s breaker.Settings) {
+	a := r.Attempts()
+	ofRequests := math.Pow(s.FailureRate, float64(a))
+	if s.FailureRate == 0 || s.FailureRate == 1 || ofRequests >= 1.0/3 {
+		return
+	}
+	// A downstream failing a tenth more of the attempts than the rate:
+	// the breaker opens on it, though most requests would succeed.
+	p := min(1, s.FailureRate+0.1)
+	fix := breaker.AttemptFailureRate(0.5, a)
+	l.info("CG027", "%s is inside %v and rates attempts, up to %d a request: its FailureRate %g trips when %.1f%% of the requests fail (all their attempts failing, the failures independent), not %g%%. A downstream failing %g%% of the calls opens it, though %.1f%% of the requests would succeed through the retry: on a downstream coming back flaky, it refuses requests most of which would succeed (docs/protection.md: on the ramp, with 3 attempts, 0.79 kept 4–7%% more successes than 0.5). Fix: FailureRate %g (breaker.AttemptFailureRate(0.5, %d): when half the requests fail); ConsecutiveFailures still opens it at once when the downstream goes down.",
+		name, r, a, s.FailureRate, 100*ofRequests, 100*s.FailureRate, 100*p, 100*(1-math.Pow(p, float64(a))), fix, a)
 }
 
 // requestsFor counts the failing requests of a attempts it takes for n

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -242,4 +245,57 @@ func atof(t *testing.T, s string) float64 {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// TestMeasuredCG027: a downstream failing the printed share of the calls,
+// each independently, through a retry of 3 around a breaker rating
+// attempts at 50 %: the breaker opens on it, and fewer requests succeed
+// than the printed share that the retry alone gets; at the fix's rate
+// the breaker stays closed and the requests succeed at that share.
+func TestMeasuredCG027(t *testing.T) {
+	lintOf := must(chain.New(rt(retry.MaxAttempts(3)), br(breaker.Settings{FailureRate: 0.5}), to(time.Second)))
+	claim, fix := lintClaim(t, lintOf, "CG027")
+	failing := atof(t, match(t, `failing (\d+)% of the calls`, claim)[1]) / 100
+	succeed := atof(t, match(t, `(\d+\.\d)% of the requests would succeed`, claim)[1]) / 100
+	rate := atof(t, match(t, `FailureRate (\d\.\d+)`, fix)[1])
+	run := func(rate float64) (share float64, opened int) {
+		synctest.Test(t, func(t *testing.T) {
+			rnd := rand.New(rand.NewPCG(27, 0))
+			b := br(breaker.Settings{FailureRate: rate, OpenTimeout: time.Second, HalfOpenSuccesses: 2,
+				OnStateChange: func(_, to breaker.State) {
+					if to == breaker.StateOpen {
+						opened++
+					}
+				}})
+			c := must(chain.New(rt(retry.MaxAttempts(3), retry.Constant(0)), b, to(time.Second)))
+			const requests = 3000
+			ok := 0
+			for range requests {
+				if c.Do(context.Background(), func(context.Context) error {
+					if rnd.Float64() < failing {
+						return errDown
+					}
+					return nil
+				}) == nil {
+					ok++
+				}
+				time.Sleep(10 * time.Millisecond) // 100 requests a second, for 30 s
+			}
+			share = float64(ok) / requests
+		})
+		return share, opened
+	}
+	share, opened := run(0.5)
+	if opened == 0 || share > succeed-0.1 {
+		t.Errorf("FailureRate 0.5, the downstream failing %.0f%% of the calls: opened %d times, %.1f%% of the requests succeeded; want it opened and well under %.1f%%", 100*failing, opened, 100*share, 100*succeed)
+	}
+	t.Logf("FailureRate 0.5: %.1f%% of the requests succeeded, the breaker opened %d times", 100*share, opened)
+	share, opened = run(rate)
+	t.Logf("FailureRate %g: %.1f%% succeeded, opened %d times", rate, 100*share, opened)
+	if opened != 0 || math.Abs(share-succeed) > 0.03 {
+		t.Errorf("FailureRate %g (the fix): opened %d times, %.1f%% of the requests succeeded; want it closed, and %.1f%% ± 3", rate, opened, 100*share, 100*succeed)
+	}
+	if lintFixed := must(chain.New(rt(retry.MaxAttempts(3)), br(breaker.Settings{FailureRate: rate}), to(time.Second))); slices.Contains(codes(lintFixed.Findings()), "CG027") {
+		t.Errorf("the fix still draws CG027: %v", lintFixed.Findings())
+	}
 }

@@ -240,6 +240,12 @@ func TestRules(t *testing.T) {
 			numbers: []string{"1s window", "800ms attempt timeout", "at least 1.6s"},
 		},
 		{
+			code:    "CG027",
+			bad:     []chain.Policy{rt(retry.MaxAttempts(3)), br(breaker.Settings{ConsecutiveFailures: 10, FailureRate: 0.5}), to(time.Second)},
+			good:    []chain.Policy{rt(retry.MaxAttempts(3)), br(breaker.Settings{ConsecutiveFailures: 10, FailureRate: 0.79}), to(time.Second)},
+			numbers: []string{"FailureRate 0.5 trips when 12.5% of the requests fail", "failing 60% of the calls", "78.4% of the requests would succeed", "FailureRate 0.79"},
+		},
+		{
 			code:    "CG011",
 			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 8, HalfOpenSuccesses: 4}), to(time.Second)},
 			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, HalfOpenProbes: 3}), to(time.Second)},
@@ -318,8 +324,8 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	if got := len(chain.Rules()); got != 26 {
-		t.Errorf("%d rules documented, want 26", got)
+	if got := len(chain.Rules()); got != 27 {
+		t.Errorf("%d rules documented, want 27", got)
 	}
 }
 

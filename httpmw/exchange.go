@@ -173,7 +173,7 @@ func (x *exchange) attempt(actx context.Context) (err error) {
 		// retried only with a Retry-After, as grpcmw retries a
 		// ResourceExhausted only with a pushback. Retrying on the backoff
 		// makes the overloaded downstream pay to refuse it again
-		// (docs/protection.md: 2.22 downstream calls a request when its
+		// (docs/protection.md: 1.97 downstream calls a request when its
 		// capacity drops, 0.96 without, the same successes).
 		return retry.Permanent(se)
 	}

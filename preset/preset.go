@@ -2,10 +2,11 @@
 // protection benchmark judged best (docs/protection.md) — with each of its
 // settings tunable and the rest kept:
 //
-//	retry (3 attempts, 100 ms → 1 s) → limit (Gradient2) →
-//	breaker (open 1 s, 2 of 3 probes to close, overload refusals left to
-//	the limit) → adaptive attempt timeout (p99 × 1.5 over 5 s, from 300 ms,
-//	at most 1 s)
+//	retry (3 attempts, 100 ms → 1 s, waits fit to the deadline) →
+//	limit (Gradient2) → breaker (10 consecutive failures or 79 % of the
+//	attempts over 10 s — half the requests — open 1 s, 2 of 3 probes to
+//	close, overload refusals left to the limit) → adaptive attempt timeout
+//	(p99 × 1.5 over 5 s, from 300 ms, at most 1 s)
 //
 // and its hedging variant, with a hedge after the observed p95 and a 10 %
 // retry budget. The adapters' Standard (httpmw.Standard, grpcmw.Standard)
@@ -40,6 +41,18 @@ const (
 	DefaultHalfOpenSuccesses = 2
 	DefaultHedgeDelay        = 100 * time.Millisecond
 	DefaultRetryBudget       = 0.1
+	// DefaultRequestFailureRate is the share of failing requests that
+	// trips the breaker. The breaker, inside the retry, sees attempts: a
+	// request fails when its Attempts attempts all do, so the breaker is
+	// given breaker.AttemptFailureRate(DefaultRequestFailureRate, Attempts) —
+	// 79 % for 3 attempts, 0.79³ ≈ 0.5 — rather than the breaker's own
+	// 50 %, which trips when an eighth of the requests fail
+	// (docs/protection.md, "The recommended chain").
+	DefaultRequestFailureRate = 0.5
+	// DefaultConsecutiveFailures is the breaker's other trip rule, the
+	// breaker's own default: it is what opens the breaker in 0.1 s when
+	// the downstream goes down at once.
+	DefaultConsecutiveFailures = 10
 	// DefaultMaxKeys is how many hosts or methods the adapters' Standard
 	// keeps a chain for; past it, a keyed set's overflow chain serves the
 	// rest (see httpmw.KeyStats, grpcmw.KeyStats).
@@ -120,7 +133,7 @@ func (s Settings) withDefaults() Settings {
 // setting is an error naming it, and so is a finding of the strict lint.
 func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 	s = s.withDefaults()
-	ropts := []retry.Option{retry.MaxAttempts(s.Attempts), retry.Exponential(s.Backoff, s.MaxBackoff)}
+	ropts := []retry.Option{retry.MaxAttempts(s.Attempts), retry.Exponential(s.Backoff, s.MaxBackoff), retry.FitDeadline()}
 	if s.Rand != nil {
 		ropts = append(ropts, retry.Rand(s.Rand))
 	}
@@ -150,7 +163,12 @@ func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 		}
 		ps = append(ps, l)
 	}
-	b, err := breaker.New(breaker.Settings{Name: s.Name, OpenTimeout: s.OpenTimeout, HalfOpenSuccesses: s.HalfOpenSuccesses, IsExcluded: overloaded})
+	b, err := breaker.New(breaker.Settings{
+		Name:                s.Name,
+		ConsecutiveFailures: DefaultConsecutiveFailures,
+		FailureRate:         breaker.AttemptFailureRate(DefaultRequestFailureRate, s.Attempts),
+		OpenTimeout:         s.OpenTimeout, HalfOpenSuccesses: s.HalfOpenSuccesses, IsExcluded: overloaded,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("preset: Settings.OpenTimeout or HalfOpenSuccesses: %w", err)
 	}

@@ -72,7 +72,7 @@ func CG004deadline() (*chain.Chain, error) {
 	t, _ := timeout.New(10 * time.Second)
 	return chain.Options{CallerDeadline: time.Second}.New(
 		r,
-		b, // want "CG004" "CG010"
+		b, // want "CG004" "CG010" "CG027"
 		t, // want "CG015"
 	)
 }
@@ -244,8 +244,8 @@ func CG021() (*chain.Chain, error) {
 	th, _ := throttle.New(throttle.Settings{})
 	t, _ := timeout.New(time.Second)
 	return chain.New(
-		r, // want "CG013"
-		b,
+		r,  // want "CG013"
+		b,  // want "CG027"
 		th, // want "CG021"
 		t,  // want "CG015"
 	)
@@ -317,10 +317,21 @@ func CG026() (*chain.Chain, error) {
 	)
 }
 
-func Recommended() (*chain.Chain, error) {
+func CG027() (*chain.Chain, error) {
 	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second))
-	l, _ := limit.New(limit.Settings{})
 	b, _ := breaker.New(breaker.Settings{OpenTimeout: time.Second, HalfOpenSuccesses: 2})
+	t, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 0.99, Window: 5 * time.Second, Max: time.Second}))
+	return chain.New(
+		r,
+		b, // want "CG027"
+		t,
+	)
+}
+
+func Recommended() (*chain.Chain, error) {
+	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.FitDeadline())
+	l, _ := limit.New(limit.Settings{})
+	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, FailureRate: 0.79, OpenTimeout: time.Second, HalfOpenSuccesses: 2})
 	t, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{Quantile: 0.99, Window: 5 * time.Second, Max: time.Second}))
 	return chain.New(
 		r,

@@ -40,6 +40,7 @@ func main() {
 		"CG024":         rules.CG024,
 		"CG025":         rules.CG025,
 		"CG026":         rules.CG026,
+		"CG027":         rules.CG027,
 		"Recommended":   rules.Recommended,
 	} {
 		c, err := build()
