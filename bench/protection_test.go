@@ -86,6 +86,9 @@ type cg struct {
 	// fit: the retry plans its waits against the deadline
 	// (retry.FitDeadline).
 	fit bool
+	// retryRejected: the retry retries the limit's refusals after the
+	// wait (retry.RetryRejected).
+	retryRejected bool
 	// initialLimit, limitQueue: the limiter's InitialLimit (0: its
 	// default, 20) and MaxQueue (0: no queue), queued calls waiting at
 	// most limitWait.
@@ -107,6 +110,9 @@ func (c cg) stack(seed uint64) (scenario.Stack, error) {
 	}
 	if c.fit {
 		ropts = append(ropts, retry.FitDeadline())
+	}
+	if c.retryRejected {
+		ropts = append(ropts, retry.RetryRejected())
 	}
 	if c.noRefusalRetry {
 		ropts = append(ropts, retry.RetryIf(func(err error) bool { return !errors.Is(err, scenario.ErrOverloaded) }))
@@ -189,6 +195,9 @@ func (c cg) describe() string {
 	}
 	if c.fit {
 		parts = append(parts, "waits planned against the deadline (FitDeadline)")
+	}
+	if c.retryRejected {
+		parts = append(parts, "the limit's refusals retried after the wait (RetryRejected)")
 	}
 	if c.noRefusalRetry {
 		parts = append(parts, "overload refusals not retried (as grpcmw and httpmw: no pushback, no Retry-After)")
@@ -381,6 +390,7 @@ func mechanisms() []stackDef {
 		cgStack("cg-no-rate", recommended.with(func(c *cg) { c.rate = 0 })),
 		cgStack("cg-limit-from50", recommended.with(func(c *cg) { c.initialLimit = 50 })),
 		cgStack("cg-limit-queue", recommended.with(func(c *cg) { c.limitQueue, c.limitWait = 10, 100*time.Millisecond })),
+		cgStack("cg-retry-rejected", recommended.with(func(c *cg) { c.retryRejected = true })),
 		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.consecutive = 0 })),
 		cgStack("cg-probe-1of3", recommended.with(func(c *cg) { c.successes = 1 })),
 		cgStack("cg-open500ms", recommended.with(func(c *cg) { c.open = 500 * time.Millisecond })),
@@ -396,6 +406,8 @@ var experimental = []stackDef{
 	cgStack("x-initial50", recommended.with(func(c *cg) { c.initial = 50 * time.Millisecond })),
 	cgStack("x-bulkhead16", recommended.with(func(c *cg) { c.limit, c.bulkheadSize = "bulkhead", 16 })),
 	cgStack("x-c15", recommended.with(func(c *cg) { c.consecutive = 15 })),
+	cgStack("x-limit-from8", recommended.with(func(c *cg) { c.initialLimit = 8 })),
+	cgStack("x-limit-from8+retry-rejected", recommended.with(func(c *cg) { c.initialLimit, c.retryRejected = 8, true })),
 	cgStack("x-rate90", recommended.with(func(c *cg) { c.rate = 0.9 })),
 }
 

@@ -43,6 +43,7 @@ type Policy struct {
 	retryIf     func(error) bool
 	whenOpen    bool
 	fit         bool // FitDeadline
+	rejected    bool // RetryRejected
 	onRetry     func(attempt int, err error, wait time.Duration)
 	budget      *Budget
 	throttle    *Throttle
@@ -209,6 +210,19 @@ func FitDeadline() Option {
 	return optionFunc(func(c *config) { c.fit = true })
 }
 
+// RetryRejected retries an attempt that a policy inside the retry refused
+// locally (callguard.ErrRejected: a concurrency limit, a bulkhead or a
+// throttle) after the backoff wait, as a retryable failure, while the
+// attempts and the caller's deadline allow; without it such a refusal ends
+// the retries at once, since an attempt made at once would be refused too.
+// A limit that refuses a burst (a sudden hang that fills its slots) then
+// costs the requests it refuses a wait rather than their remaining
+// attempts. The protection benchmark measures what it is worth
+// (docs/protection.md, "Mechanisms").
+func RetryRejected() Option {
+	return optionFunc(func(c *config) { c.rejected = true })
+}
+
 // MaxPushback bounds the wait a server may ask for (Retry-After,
 // grpc-retry-pushback-ms): asked to wait longer, the policy gives up with
 // ReasonPushback instead of sleeping (default 30 s). The caller's deadline
@@ -255,10 +269,14 @@ func New(opts ...Option) (*Policy, error) {
 	}
 	p := new(Policy)
 	*p = c.Policy
-	p.description = fmt.Sprintf("retry(%d)", p.attempts)
+	p.description = fmt.Sprintf("retry(%d", p.attempts)
 	if p.fit {
-		p.description = fmt.Sprintf("retry(%d, FitDeadline)", p.attempts)
+		p.description += ", FitDeadline"
 	}
+	if p.rejected {
+		p.description += ", RetryRejected"
+	}
+	p.description += ")"
 	p.stats = new(retryStats)
 	p.x = p.bridged()
 	return p, nil
@@ -283,8 +301,8 @@ func (p *Policy) waits() []time.Duration {
 	return w
 }
 
-// String returns "retry(N)", N being the attempts, or "retry(N,
-// FitDeadline)" with [FitDeadline].
+// String returns "retry(N)", N being the attempts, with ", FitDeadline"
+// and ", RetryRejected" before the parenthesis when set.
 func (p *Policy) String() string { return p.description }
 
 // Do calls call, and calls it again while it fails with a retryable error,
@@ -488,7 +506,7 @@ func (p *Policy) retryable(ctx context.Context, err error) bool {
 	if errors.As(err, &perm) {
 		return false
 	}
-	if errors.Is(err, callguard.ErrRejected) {
+	if errors.Is(err, callguard.ErrRejected) && !p.rejected {
 		return false // refused locally (throttle, limit, bulkhead): another attempt now would be too
 	}
 	return p.retryIf == nil || p.retryIf(err)

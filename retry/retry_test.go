@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
@@ -463,6 +464,40 @@ func TestFitDeadlineNeedsAReserve(t *testing.T) {
 		_ = bridge.RetryOf(p).DoUntil(context.Background(), start.Add(time.Second), 1200*time.Millisecond, failing(10, &at, start, errDown))
 		if want := []time.Duration{0, 400 * time.Millisecond, 800 * time.Millisecond}; !slices.Equal(at, want) {
 			t.Errorf("DoUntil with a reserve of 1.2 s: attempts at %v, want %v", at, want)
+		}
+	})
+}
+
+// TestRetryRejected: a local refusal (callguard.ErrRejected) ends the
+// retries at once; with RetryRejected it is retried after the wait, as a
+// failure, within the attempts and the caller's deadline.
+func TestRetryRejected(t *testing.T) {
+	refused := fmt.Errorf("limit: %w", callguard.ErrRejected)
+	synctest.Test(t, func(t *testing.T) {
+		for _, tc := range []struct {
+			opts     []retry.Option
+			deadline time.Duration
+			want     []time.Duration
+			str      string
+		}{
+			{nil, 0, []time.Duration{0}, "retry(3)"},
+			{[]retry.Option{retry.RetryRejected()}, 0, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, "retry(3, RetryRejected)"},
+			{[]retry.Option{retry.RetryRejected()}, 150 * time.Millisecond, []time.Duration{0, 100 * time.Millisecond}, "retry(3, RetryRejected)"},
+			{[]retry.Option{retry.RetryRejected(), retry.FitDeadline()}, 0, []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}, "retry(3, FitDeadline, RetryRejected)"},
+		} {
+			p := mustNew(t, append([]retry.Option{retry.MaxAttempts(3), retry.Constant(100 * time.Millisecond), retry.Jitter(0)}, tc.opts...)...)
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			start := time.Now()
+			var at []time.Duration
+			err := p.Do(ctx, failing(10, &at, start, refused))
+			if !slices.Equal(at, tc.want) || !errors.Is(err, callguard.ErrRejected) || p.String() != tc.str {
+				t.Errorf("%v: attempts at %v, %v; want %v, ErrRejected", p, at, err, tc.want)
+			}
 		}
 	})
 }

@@ -91,6 +91,7 @@
 //	maxPushback: 30s               # retry.MaxPushback (default 30s)
 //	retryWhenOpen: false           # true: retry.RetryWhenOpen
 //	fitDeadline: false             # true: retry.FitDeadline
+//	retryRejected: false           # true: retry.RetryRejected
 //	budget: {ratio: 0.1, perSecond: 1}  # retry.WithBudget(retry.NewBudget(ratio, perSecond))
 //
 // retry: {} is a retry with every default. Each chain gets a budget of its

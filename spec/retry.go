@@ -19,6 +19,7 @@ type retryArgs struct {
 	hasMaxPushback   bool
 	whenOpen         bool
 	fit              bool
+	rejected         bool
 	budget           bool
 	ratio, perSecond float64
 }
@@ -47,6 +48,9 @@ func (a *retryArgs) options() ([]retry.Option, error) {
 	if a.fit {
 		opts = append(opts, retry.FitDeadline())
 	}
+	if a.rejected {
+		opts = append(opts, retry.RetryRejected())
+	}
 	if a.budget {
 		b, err := retry.NewBudget(a.ratio, a.perSecond)
 		if err != nil {
@@ -72,7 +76,7 @@ func (a *retryArgs) build(src rand.Source) (*retry.Policy, error) {
 // constructors as it is read, so that their errors name its field; every
 // value at fault is reported.
 func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
-	m, err := mapOf(n, path, "a retry", "attempts", "constant", "exponential", "jitter", "maxPushback", "retryWhenOpen", "fitDeadline", "budget")
+	m, err := mapOf(n, path, "a retry", "attempts", "constant", "exponential", "jitter", "maxPushback", "retryWhenOpen", "fitDeadline", "retryRejected", "budget")
 	if m == nil {
 		return nil, err
 	}
@@ -122,6 +126,10 @@ func decodeRetry(at, n *yaml.Node, path string) (*retryArgs, error) {
 	}
 	if v := m.val("fitDeadline"); v != nil {
 		a.fit, err = boolean(v, join(path, "fitDeadline"))
+		bad.add(err)
+	}
+	if v := m.val("retryRejected"); v != nil {
+		a.rejected, err = boolean(v, join(path, "retryRejected"))
 		bad.add(err)
 	}
 	if v := m.val("budget"); v != nil {

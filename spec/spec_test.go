@@ -135,6 +135,7 @@ chain:
       maxPushback: 1s
       retryWhenOpen: true
       fitDeadline: true
+      retryRejected: true
   - retry: {attempts: 3, constant: 100ms, jitter: 0.5}
   - breaker:
       name: payments
@@ -188,6 +189,9 @@ func TestEverySetting(t *testing.T) {
 	}
 	if !bridge.RetryOf(r).Fit {
 		t.Errorf("chain[1]: fitDeadline: true gave a retry without FitDeadline")
+	}
+	if !strings.Contains(r.String(), "RetryRejected") {
+		t.Errorf("chain[1] = %v: retryRejected: true gave a retry without RetryRejected", r)
 	}
 	if ratio, perSecond, _, ok := bridge.RetryBudget(r); !ok || ratio != 0.25 || perSecond != 2 {
 		t.Errorf("chain[1]: budget = %v, %v (ok %v), want 0.25, 2", ratio, perSecond, ok)

@@ -144,8 +144,18 @@ func (cs *kase) drawPolicy(k kind, depth int) (*pol, error) {
 		if whenOpen {
 			opts = append(opts, retry.RetryWhenOpen())
 		}
+		// From the draws above, so that a seed's case stays what it was:
+		// waits fit to the deadline for even attempts, local refusals
+		// retried for 3.
+		fit, rejected := p.n%2 == 0, p.n == 3
+		if fit {
+			opts = append(opts, retry.FitDeadline())
+		}
+		if rejected {
+			opts = append(opts, retry.RetryRejected())
+		}
 		if !p.panics {
-			p.spec = fmt.Sprintf("retry: {attempts: %d, jitter: 0, %s, retryWhenOpen: %t}", p.n, waits, whenOpen)
+			p.spec = fmt.Sprintf("retry: {attempts: %d, jitter: 0, %s, retryWhenOpen: %t, fitDeadline: %t, retryRejected: %t}", p.n, waits, whenOpen, fit, rejected)
 		}
 		if p.panics {
 			opts = append(opts, retry.OnRetry(func(int, error, time.Duration) { cs.panicked("OnRetry") }))
