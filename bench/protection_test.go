@@ -94,6 +94,10 @@ type cg struct {
 	// most limitWait.
 	initialLimit, limitQueue int
 	limitWait                time.Duration
+	// maxLimit, tolerance: Gradient2's MaxLimit and Tolerance (0: the
+	// defaults), for experiments.
+	maxLimit  int
+	tolerance float64
 }
 
 func (c cg) stack(seed uint64) (scenario.Stack, error) {
@@ -268,7 +272,11 @@ func (c cg) newLimit() (chain.Policy, error) {
 	case "aimd":
 		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{}), InitialLimit: c.initialLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait})
 	}
-	return limit.New(limit.Settings{InitialLimit: c.initialLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait})
+	ls := limit.Settings{InitialLimit: c.initialLimit, MaxLimit: c.maxLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait}
+	if c.tolerance > 0 {
+		ls.Algorithm = limit.Gradient2(limit.Gradient2Settings{Tolerance: c.tolerance})
+	}
+	return limit.New(ls)
 }
 
 // queueConfig describes the limiter's queue.
@@ -406,6 +414,10 @@ var experimental = []stackDef{
 	cgStack("x-initial50", recommended.with(func(c *cg) { c.initial = 50 * time.Millisecond })),
 	cgStack("x-bulkhead16", recommended.with(func(c *cg) { c.limit, c.bulkheadSize = "bulkhead", 16 })),
 	cgStack("x-c15", recommended.with(func(c *cg) { c.consecutive = 15 })),
+	cgStack("x-mult2", recommended.with(func(c *cg) { c.multiplier = 2 })),
+	cgStack("x-tol1.2", recommended.with(func(c *cg) { c.tolerance = 1.2 })),
+	cgStack("x-maxlimit30", recommended.with(func(c *cg) { c.maxLimit = 30 })),
+	cgStack("x-mult2+tol1.2", recommended.with(func(c *cg) { c.multiplier, c.tolerance = 2, 1.2 })),
 	cgStack("x-limit-from8", recommended.with(func(c *cg) { c.initialLimit = 8 })),
 	cgStack("x-limit-from8+retry-rejected", recommended.with(func(c *cg) { c.initialLimit, c.retryRejected = 8, true })),
 	cgStack("x-rate90", recommended.with(func(c *cg) { c.rate = 0.9 })),
