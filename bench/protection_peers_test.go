@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/internal/seeded"
 	"github.com/cenkalti/backoff/v4"
@@ -206,11 +207,18 @@ func TestPeerStacksWork(t *testing.T) {
 // timeout of the chain c (fixed at c's starting value where c's is
 // adaptive; a growing stay is not grown). They compare the mechanisms at
 // equal settings, where the documented peers compare the defaults.
-func samePeers(c cg) []stackDef {
-	consecutive, rate := c.consecutive, c.rate
-	if consecutive == 0 && rate == 0 {
-		consecutive, rate = 10, 0.5 // callguard's defaults
+// tripRule is the breaker's trip rule of the chain c: its count of
+// consecutive failures and its failure rate, the breaker's defaults when
+// c sets neither.
+func (c cg) tripRule() (consecutive int, rate float64) {
+	if c.consecutive == 0 && c.rate == 0 {
+		return breaker.DefaultConsecutiveFailures, breaker.DefaultFailureRate
 	}
+	return c.consecutive, c.rate
+}
+
+func samePeers(c cg) []stackDef {
+	consecutive, rate := c.tripRule()
 	probes := max(c.probes, 3)
 	closeOn := probes
 	if c.successes > 0 {
@@ -304,10 +312,7 @@ func parityPeers(c cg) []stackDef {
 	retries := c.attempts - 1
 	probes := max(c.probes, 3)
 	closeOn := cmp.Or(c.successes, probes)
-	consecutive, rate := c.consecutive, c.rate
-	if consecutive == 0 && rate == 0 {
-		consecutive, rate = 10, 0.5 // callguard's defaults
-	}
+	consecutive, rate := c.tripRule()
 	judged := func(err error) bool { // a failure of the downstream
 		return err != nil && !errors.Is(err, scenario.ErrOverloaded) && !errors.Is(err, bulkhead.ErrFull) && !errors.Is(err, errHandwiredFull)
 	}

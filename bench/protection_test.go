@@ -325,11 +325,12 @@ func cgStack(name string, c cg) stackDef {
 // 2 of 3 probes to close; an adaptive attempt timeout following the p99 of
 // the last 5 s of answers.
 var recommended = cg{
-	attempts: 3, initial: 100 * time.Millisecond, max: time.Second, fit: true,
+	attempts: preset.DefaultAttempts, initial: 100 * time.Millisecond, max: time.Second, fit: true,
 	// the breaker's own count rule; its rate on attempts set to trip
 	// when half the requests fail (breaker.AttemptFailureRate)
-	consecutive: preset.DefaultConsecutiveFailures, rate: breaker.AttemptFailureRate(preset.DefaultRequestFailureRate, 3),
-	limit: "gradient2", neutralRefusals: true,
+	consecutive: breaker.DefaultConsecutiveFailures,
+	rate:        breaker.AttemptFailureRate(preset.DefaultRequestFailureRate, preset.DefaultAttempts),
+	limit:       "gradient2", neutralRefusals: true,
 	// as the adapters retry: an overload refusal (ResourceExhausted, 429)
 	// only when it says when, which the model's never do
 	noRefusalRetry: true,

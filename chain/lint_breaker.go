@@ -192,7 +192,7 @@ func (l *linter) rateOfAttempts(r *retry.Policy, name string, s breaker.Settings
 	// A downstream failing a tenth more of the attempts than the rate:
 	// the breaker opens on it, though most requests would succeed.
 	p := min(1, s.FailureRate+0.1)
-	fix := breaker.AttemptFailureRate(0.5, a)
+	fix := breaker.AttemptFailureRate(breaker.DefaultFailureRate, a) // half the requests
 	l.info("CG027", "%s is inside %v and rates attempts, up to %d a request: its FailureRate %g trips when %.1f%% of the requests fail (all their attempts failing, the failures independent), not %g%%. A downstream failing %g%% of the calls opens it, though %.1f%% of the requests would succeed through the retry: on a downstream coming back flaky, it refuses requests most of which would succeed (docs/protection.md: on the ramp, with 3 attempts, 0.79 kept 4–7%% more successes than 0.5). Fix: FailureRate %g (breaker.AttemptFailureRate(0.5, %d): when half the requests fail); ConsecutiveFailures still opens it at once when the downstream goes down.",
 		name, r, a, s.FailureRate, 100*ofRequests, 100*s.FailureRate, 100*p, 100*(1-math.Pow(p, float64(a))), fix, a)
 }

@@ -42,17 +42,16 @@ const (
 	DefaultHedgeDelay        = 100 * time.Millisecond
 	DefaultRetryBudget       = 0.1
 	// DefaultRequestFailureRate is the share of failing requests that
-	// trips the breaker. The breaker, inside the retry, sees attempts: a
-	// request fails when its Attempts attempts all do, so the breaker is
-	// given breaker.AttemptFailureRate(DefaultRequestFailureRate, Attempts) —
-	// 79 % for 3 attempts, 0.79³ ≈ 0.5 — rather than the breaker's own
-	// 50 %, which trips when an eighth of the requests fail
-	// (docs/protection.md, "The recommended chain").
-	DefaultRequestFailureRate = 0.5
-	// DefaultConsecutiveFailures is the breaker's other trip rule, the
-	// breaker's own default: it is what opens the breaker in 0.1 s when
-	// the downstream goes down at once.
-	DefaultConsecutiveFailures = 10
+	// trips the breaker: the breaker's own rate, taken as one of
+	// requests. The breaker, inside the retry, sees attempts: a request
+	// fails when its Attempts attempts all do, so the breaker is given
+	// breaker.AttemptFailureRate(DefaultRequestFailureRate, Attempts) —
+	// 79 % for 3 attempts, 0.79³ ≈ 0.5 — rather than 50 % of attempts,
+	// which trips when an eighth of the requests fail
+	// (docs/protection.md, "The recommended chain"). Its other trip rule
+	// is the breaker's own, breaker.DefaultConsecutiveFailures: what opens
+	// it in 0.1 s when the downstream goes down at once.
+	DefaultRequestFailureRate = breaker.DefaultFailureRate
 	// DefaultMaxKeys is how many hosts or methods the adapters' Standard
 	// keeps a chain for; past it, a keyed set's overflow chain serves the
 	// rest (see httpmw.KeyStats, grpcmw.KeyStats).
@@ -165,7 +164,7 @@ func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 	}
 	b, err := breaker.New(breaker.Settings{
 		Name:                s.Name,
-		ConsecutiveFailures: DefaultConsecutiveFailures,
+		ConsecutiveFailures: breaker.DefaultConsecutiveFailures,
 		FailureRate:         breaker.AttemptFailureRate(DefaultRequestFailureRate, s.Attempts),
 		OpenTimeout:         s.OpenTimeout, HalfOpenSuccesses: s.HalfOpenSuccesses, IsExcluded: overloaded,
 	})
