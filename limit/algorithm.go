@@ -24,9 +24,10 @@ type Algorithm interface {
 // engine is one limiter's instance of an algorithm.
 type engine interface {
 	// sample feeds one call that ended: its time from admission to Done,
-	// the calls in flight at its admission (itself included), and whether
-	// it was a drop.
-	sample(rtt time.Duration, inflight int, drop bool)
+	// its caller's time left at its admission (0: no deadline), the calls
+	// in flight at its admission (itself included), and whether it was a
+	// drop.
+	sample(rtt, budget time.Duration, inflight int, drop bool)
 	// timed reports whether sample reads rtt: if not, the limiter does
 	// not read the clock (two reads a call).
 	timed() bool
@@ -87,7 +88,7 @@ type aimdEngine struct {
 
 func (*aimdEngine) timed() bool { return false }
 
-func (e *aimdEngine) sample(_ time.Duration, inflight int, drop bool) {
+func (e *aimdEngine) sample(_, _ time.Duration, inflight int, drop bool) {
 	for {
 		cur := e.c.limit.Load()
 		next := cur
@@ -122,6 +123,9 @@ const (
 	// DefaultLongWindow is Netflix's: the long-term average weighs each
 	// sample by 2/(600+1), after a warm-up that averages the first 10.
 	DefaultLongWindow = 600
+	// DefaultDeadlineShare: the limit falls once the short-term round
+	// trip takes half of what its callers have left.
+	DefaultDeadlineShare = 0.5
 )
 
 // warmupSamples is the number of first samples the long-term average is
@@ -148,6 +152,13 @@ type Gradient2Settings struct {
 	// a spread of latencies (a p99 ten times the p50) makes a coin toss
 	// between the gradient's floor and 1 on every call.
 	ShortWindow int
+	// DeadlineShare is the share of a call's time left at its admission
+	// (its context's deadline) that the short-term round trip may take
+	// before the limit falls at its fastest (the gradient's floor),
+	// whatever the long-term round trip: in (0, 1] (0:
+	// DefaultDeadlineShare; < 0: never). Calls without a deadline are not
+	// judged so.
+	DeadlineShare float64
 }
 
 // DefaultShortWindow is the short-term average's span: 10 samples, the
@@ -165,11 +176,19 @@ const DefaultShortWindow = 10
 //	if longRtt/shortRtt > 2 { longRtt *= 0.9 }          // recovering from an overload
 //	if inflight < limit/2 { stop }                      // the callers, not the limit, bound the load
 //	gradient = max(0.5, min(1, Tolerance·longRtt/shortRtt))
+//	if shortRtt > DeadlineShare·budget { gradient = 0.5 } // a queue that takes the callers' time
 //	estimate = limit·(1−Smoothing) + (limit·gradient + QueueSize)·Smoothing
 //	limit    = max(MinLimit, min(MaxLimit, estimate))
 //
-// where inflight counts the calls in flight at the call's admission and
-// the estimate is kept as a real number, the limit being its integer part.
+// where inflight counts the calls in flight at the call's admission,
+// budget is the time its caller had left then (its context's deadline; a
+// call without one skips that line), and the estimate is kept as a real
+// number, the limit being its integer part. The deadline's line is not
+// Netflix's: the long-term average follows a queue that builds slowly, so
+// that Tolerance alone lets a limit grow until the round trips take all of
+// the callers' time, where a cluster of slow answers times out attempts in
+// a row and opens a breaker on a downstream still serving
+// (docs/overload.md).
 // With a steady round trip the limit grows by QueueSize·Smoothing (0.8 by
 // default) per sample taken at a limit at least half used. A drop is left
 // out, as in Netflix's Gradient2Limit: a timeout says the call took at
@@ -183,8 +202,8 @@ func Gradient2(s Gradient2Settings) Algorithm { return gradient2{s} }
 type gradient2 struct{ s Gradient2Settings }
 
 func (g gradient2) String() string {
-	return fmt.Sprintf("Gradient2(smoothing %g, queue %d, tolerance %g, long window %d)",
-		g.s.Smoothing, g.s.QueueSize, g.s.Tolerance, g.s.LongWindow)
+	return fmt.Sprintf("Gradient2(smoothing %g, queue %d, tolerance %g, long window %d, deadline share %g)",
+		g.s.Smoothing, g.s.QueueSize, g.s.Tolerance, g.s.LongWindow, g.s.DeadlineShare)
 }
 
 func (g gradient2) normalize() (Algorithm, error) {
@@ -204,6 +223,9 @@ func (g gradient2) normalize() (Algorithm, error) {
 	if s.ShortWindow == 0 {
 		s.ShortWindow = DefaultShortWindow
 	}
+	if s.DeadlineShare == 0 {
+		s.DeadlineShare = DefaultDeadlineShare
+	}
 	switch {
 	case math.IsNaN(s.Smoothing) || s.Smoothing <= 0 || s.Smoothing > 1:
 		return g, invalid("Gradient2Settings.Smoothing", s.Smoothing, "must be within (0, 1]")
@@ -215,6 +237,8 @@ func (g gradient2) normalize() (Algorithm, error) {
 		return g, invalid("Gradient2Settings.LongWindow", s.LongWindow, "must be >= 1")
 	case s.ShortWindow < 1:
 		return g, invalid("Gradient2Settings.ShortWindow", s.ShortWindow, "must be >= 1")
+	case math.IsNaN(s.DeadlineShare) || s.DeadlineShare > 1:
+		return g, invalid("Gradient2Settings.DeadlineShare", s.DeadlineShare, "must be within (0, 1], or < 0 for never")
 	}
 	return g, nil
 }
@@ -245,7 +269,7 @@ type gradient2Engine struct {
 
 func (*gradient2Engine) timed() bool { return true }
 
-func (e *gradient2Engine) sample(rtt time.Duration, inflight int, drop bool) {
+func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop bool) {
 	if drop {
 		return
 	}
@@ -270,6 +294,9 @@ func (e *gradient2Engine) sample(rtt time.Duration, inflight int, drop bool) {
 		return
 	}
 	gradient := max(0.5, min(1, e.s.Tolerance*e.longRtt/short))
+	if budget > 0 && e.s.DeadlineShare > 0 && short > e.s.DeadlineShare*float64(budget) {
+		gradient = 0.5
+	}
 	next := e.estimate*gradient + float64(e.s.QueueSize)
 	next = e.estimate*(1-e.s.Smoothing) + next*e.s.Smoothing
 	e.estimate = max(e.min, min(e.max, next))

@@ -46,7 +46,11 @@
 // (0.2) of the way each sample. With steady latencies the limit grows by
 // QueueSize·Smoothing = 0.8 per sample; as latencies rise past Tolerance
 // (1.5) times their average it falls, by at most half the way per sample.
-// A drop is left out (Netflix's rule): answers that hang are the breaker's
+// It also falls at its fastest when the short-term round trip takes more
+// than DeadlineShare (half) of what the calls' callers had left: the
+// long-term average follows a queue that builds slowly, and without that
+// line the limit would grow until the answers took all of the callers'
+// time (docs/overload.md has the measurement). A drop is left out (Netflix's rule): answers that hang are the breaker's
 // business, latencies that grow under load the limit's. The formulas are
 // in [Gradient2].
 //

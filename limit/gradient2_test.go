@@ -14,6 +14,8 @@ import (
 type model struct {
 	estimate, long, short, tolerance float64
 	warm                             int
+	share                            float64       // DeadlineShare (0: the line is skipped)
+	budget                           time.Duration // the calls' time left at admission (0: no deadline)
 }
 
 func (m *model) sample(rtt time.Duration, inflight int) int {
@@ -37,6 +39,9 @@ func (m *model) sample(rtt time.Duration, inflight int) int {
 		return int(m.estimate)
 	}
 	g := max(0.5, min(1, m.tolerance*m.long/short))
+	if m.budget > 0 && m.share > 0 && short > m.share*float64(m.budget) {
+		g = 0.5
+	}
 	next := m.estimate*0.8 + (m.estimate*g+4)*0.2
 	m.estimate = max(1, min(200, next))
 	return int(m.estimate)
@@ -49,6 +54,32 @@ func round(t *testing.T, l *limit.Limiter, m *model, n int, rtt time.Duration) {
 	t.Helper()
 	ps := acquireN(t, l, n)
 	time.Sleep(rtt)
+	end(t, l, m, ps, rtt)
+}
+
+// roundWithin is round with each call's caller giving it the model's
+// budget, as a deadline.
+func roundWithin(t *testing.T, l *limit.Limiter, m *model, n int, rtt time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), m.budget)
+	defer cancel()
+	ps := make([]limit.Permit, n)
+	for i := range ps {
+		p, err := l.Acquire(ctx)
+		if err != nil {
+			t.Fatalf("call %d of %d: %v (limit %d)", i+1, n, err, l.Limit())
+		}
+		ps[i] = p
+	}
+	time.Sleep(rtt)
+	end(t, l, m, ps, rtt)
+}
+
+// end ends the calls of a round in the order they came, checking the
+// limit against the model after each.
+func end(t *testing.T, l *limit.Limiter, m *model, ps []limit.Permit, rtt time.Duration) {
+	t.Helper()
+	n := len(ps)
 	for i, p := range ps {
 		p.Done(nil)
 		if want := m.sample(rtt, i+1); l.Limit() != want {
@@ -110,6 +141,46 @@ func TestGradient2RTTDoubles(t *testing.T) {
 			}
 			round(t, l, m, l.Limit(), rtt)
 			wantLimit(t, l, tc.want[2], "after a third round")
+		})
+	}
+}
+
+// TestGradient2DeadlineShare: round trips that take more than
+// DeadlineShare of what their callers had left make the limit fall at its
+// fastest, though the long-term average has followed them and Tolerance
+// alone lets it grow; a call without a deadline, a share they stay
+// under, or DeadlineShare < 0 leave the limit to Tolerance.
+func TestGradient2DeadlineShare(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		share    float64 // as given
+		model    float64 // as the model applies it
+		deadline time.Duration
+		want     [2]int // the limit after the first and the third round
+	}{
+		{"default share, 1s deadlines", 0, 0.5, time.Second, [2]int{11, 9}}, // e → 0.9e + 0.8 per sample with half the limit in flight, toward 8,
+		{"share 0.75", 0.75, 0.75, time.Second, [2]int{28, 56}},
+		{"never", -1, 0, time.Second, [2]int{28, 56}},
+		{"no deadline", 0, 0.5, 0, [2]int{28, 56}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := mustLimiter(t, limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{DeadlineShare: tc.share})})
+				m := &model{estimate: 20, tolerance: 1.5, share: tc.model, budget: tc.deadline}
+				r := round
+				if tc.deadline > 0 {
+					r = roundWithin
+				}
+				for range 10 {
+					r(t, l, m, 1, 600*time.Millisecond) // 1 in flight: the averages warm at 600 ms, the limit holds
+				}
+				wantLimit(t, l, 20, "after the warm-up")
+				r(t, l, m, 20, 600*time.Millisecond)
+				wantLimit(t, l, tc.want[0], "after 20 calls at 600 ms")
+				r(t, l, m, l.Limit(), 600*time.Millisecond)
+				r(t, l, m, l.Limit(), 600*time.Millisecond)
+				wantLimit(t, l, tc.want[1], "after three rounds at 600 ms")
+			})
 		})
 	}
 }

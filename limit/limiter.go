@@ -199,10 +199,10 @@ func (l *Limiter) Queued() int { return int(l.c.queued.Load()) }
 func (l *Limiter) done(p *Permit, err error) {
 	switch {
 	case err == nil:
-		l.alg.sample(l.rtt(p), p.inflight, false)
+		l.alg.sample(l.rtt(p), l.budget(p), p.inflight, false)
 	case deadline.Ended(p.ctx) && !judgedFailure(err):
 	case l.isDrop(err):
-		l.alg.sample(l.rtt(p), p.inflight, true)
+		l.alg.sample(l.rtt(p), l.budget(p), p.inflight, true)
 	}
 	l.c.release()
 }
@@ -213,6 +213,18 @@ func (l *Limiter) rtt(p *Permit) time.Duration {
 		return 0
 	}
 	return time.Since(p.start)
+}
+
+// budget is the time p's caller had left at its admission, if the
+// algorithm reads it (0: no deadline).
+func (l *Limiter) budget(p *Permit) time.Duration {
+	if !l.timed || p.ctx == nil {
+		return 0
+	}
+	if dl, ok := p.ctx.Deadline(); ok {
+		return max(dl.Sub(p.start), 1)
+	}
+	return 0
 }
 
 // Permit is the admission of one call by [Limiter.Acquire] or

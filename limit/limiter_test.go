@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -196,6 +197,8 @@ func TestSettingsErrors(t *testing.T) {
 		{limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{QueueSize: -1})}, "Gradient2Settings.QueueSize"},
 		{limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{Tolerance: 0.5})}, "Gradient2Settings.Tolerance"},
 		{limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{LongWindow: -1})}, "Gradient2Settings.LongWindow"},
+		{limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{DeadlineShare: 1.5})}, "Gradient2Settings.DeadlineShare"},
+		{limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{DeadlineShare: math.NaN()})}, "Gradient2Settings.DeadlineShare"},
 	} {
 		_, err := limit.New(tc.s)
 		var se *limit.SettingsError
@@ -208,7 +211,7 @@ func TestSettingsErrors(t *testing.T) {
 	if s.InitialLimit != 20 || s.MinLimit != 1 || s.MaxLimit != 200 || l.Limit() != 20 {
 		t.Errorf("defaults: initial %d in [%d, %d], Limit() %d; want 20 in [1, 200], 20", s.InitialLimit, s.MinLimit, s.MaxLimit, l.Limit())
 	}
-	if got, want := s.Algorithm.String(), "Gradient2(smoothing 0.2, queue 4, tolerance 1.5, long window 600)"; got != want {
+	if got, want := s.Algorithm.String(), "Gradient2(smoothing 0.2, queue 4, tolerance 1.5, long window 600, deadline share 0.5)"; got != want {
 		t.Errorf("default algorithm %q, want %q", got, want)
 	}
 	if got := mustLimiter(t, limit.Settings{MaxLimit: 10}).Limit(); got != 10 {

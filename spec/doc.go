@@ -158,6 +158,7 @@
 //	  tolerance: 1.5               # Tolerance (0: 1.5)
 //	  longWindow: 600              # LongWindow (0: 600)
 //	  shortWindow: 10              # ShortWindow (0: 10)
+//	  deadlineShare: 0.5           # DeadlineShare, of the callers' time left (0: 0.5; < 0: never)
 //	  backoffRatio: 0.9            # aimd's AIMDSettings: BackoffRatio (0: 0.9)
 //	bulkhead:                      # limit.BulkheadSettings
 //	  maxConcurrent: 10            # MaxConcurrent: required, >= 1

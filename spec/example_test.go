@@ -118,7 +118,7 @@ chain:                          # outermost first
 	// retry(3)
 	// → throttle(K 2, window 1m0s, max 90%, min 20 requests)
 	// → hedge(after p95, from 20ms; ≤ 1 hedge; budget 5 %)
-	// → limit(Gradient2(smoothing 0.2, queue 4, tolerance 1.5, long window 600), limit 20 in [1, 100], queue 10 for at most 50ms)
+	// → limit(Gradient2(smoothing 0.2, queue 4, tolerance 1.5, long window 600, deadline share 0.5), limit 20 in [1, 100], queue 10 for at most 50ms)
 	// → breaker(5 consecutive, open 1s, 3 probes)
 	// → timeout(300ms)
 }

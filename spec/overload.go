@@ -166,7 +166,7 @@ func decodeThrottle(at, n *yaml.Node, path string) (*throttle.Settings, error) {
 // The algorithms of a limit, and the fields of each.
 var (
 	limitAlgorithms = []string{"gradient2", "aimd"}
-	gradient2Fields = []string{"smoothing", "queueSize", "tolerance", "longWindow", "shortWindow"}
+	gradient2Fields = []string{"smoothing", "queueSize", "tolerance", "longWindow", "shortWindow", "deadlineShare"}
 	aimdFields      = []string{"backoffRatio"}
 	limitFields     = slices.Concat([]string{"algorithm", "initialLimit", "minLimit", "maxLimit", "maxQueue", "maxWait"},
 		gradient2Fields, aimdFields)
@@ -234,6 +234,8 @@ func decodeLimit(at, n *yaml.Node, path string) (*limit.Settings, error) {
 			g.LongWindow, err = count(v, p)
 		case "shortWindow":
 			g.ShortWindow, err = count(v, p)
+		case "deadlineShare":
+			g.DeadlineShare, err = number(v, p)
 		case "backoffRatio":
 			a.BackoffRatio, err = number(v, p)
 		}

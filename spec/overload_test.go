@@ -41,6 +41,7 @@ chain:
       tolerance: 2
       longWindow: 300
       shortWindow: 5
+      deadlineShare: 0.4
   - limit: {algorithm: aimd, initialLimit: 10, minLimit: 2, maxLimit: 50, backoffRatio: 0.75}
   - bulkhead: {maxConcurrent: 12, maxQueue: 6, maxWait: 25ms}
   - timeout: 300ms
@@ -66,7 +67,7 @@ func TestOverloadSettings(t *testing.T) {
 	}
 	wantLimits := []limit.Settings{{
 		Algorithm: limit.Gradient2(limit.Gradient2Settings{
-			Smoothing: 0.5, QueueSize: 6, Tolerance: 2, LongWindow: 300, ShortWindow: 5,
+			Smoothing: 0.5, QueueSize: 6, Tolerance: 2, LongWindow: 300, ShortWindow: 5, DeadlineShare: 0.4,
 		}),
 		InitialLimit: 30, MinLimit: 5, MaxLimit: 150, MaxQueue: 8, MaxWait: 40 * time.Millisecond,
 	}, {
