@@ -54,14 +54,14 @@ type Result struct {
 }
 
 // measure turns a run's requests into its Result.
-func measure(sc Scenario, reqs []request, sim *Sim) Result {
+func measure(sc Scenario, reqs []request, rec Record) Result {
 	F, L, H := sc.Start, sc.Length, sc.Horizon
 	end := F + H
 	unit := sc.unit()
 	secs := int((end + unit - 1) / unit)
 	started := make([]int, secs)
 	succeeded := make([]int, secs) // by start, for rates
-	res := Result{Detect: -1, Recover: -1, Timeline: make([]int, secs), Server: sim.Stats()}
+	res := Result{Detect: -1, Recover: -1, Timeline: make([]int, secs), Server: rec.Stats}
 	var lat []time.Duration
 	var faultReqs, faultCalls int
 	warmFrom := F / 2
@@ -148,7 +148,7 @@ func measure(sc Scenario, reqs []request, sim *Sim) Result {
 		res.Metastable = n > 0 && float64(ok)/float64(n) < 0.5*base
 	}
 	res.Wasted = res.Server.Wasted
-	res.QueueMean, res.QueueMax = sim.queueIn(F, end)
+	res.QueueMean, res.QueueMax = rec.queueIn(F, end)
 	return res
 }
 

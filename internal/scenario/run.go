@@ -66,6 +66,16 @@ type Scenario struct {
 	// Unit is the bucket of the timelines and of the recovery and
 	// metastability rules (0: a second); Scaled scales it.
 	Unit time.Duration
+
+	scale float64 // what Scaled scaled it by (0: 1)
+}
+
+// scaledBy is what Scaled scaled the scenario by.
+func (sc Scenario) scaledBy() float64 {
+	if sc.scale == 0 {
+		return 1
+	}
+	return sc.scale
 }
 
 func (sc Scenario) unit() time.Duration {
@@ -85,6 +95,11 @@ type Cell struct {
 	// simulated server: it gets the server's call and returns the one the
 	// stack makes (through a real loopback server, say), and what stops it.
 	Network func(server func(context.Context) error) (call func(context.Context) error, stop func(), err error)
+	// Downstream, if not nil, runs the cell's server somewhere else than
+	// in this process (another process: Process): it starts the server the
+	// cell describes and returns the call the stack makes, and what stops
+	// the server and returns its Record. Network is then not used.
+	Downstream func(cell Cell) (call func(context.Context) error, stop func() (Record, error), err error)
 	// Record keeps each request's outcome, at its end, in Result.Marks.
 	Record bool
 }
@@ -97,6 +112,7 @@ func (sc Scenario) Scaled(k float64) Scenario {
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
 	sc.Fault = func(since time.Duration) Fault { return f(time.Duration(float64(since) / k)) }
 	sc.Start, sc.Length, sc.Horizon, sc.Healed, sc.Unit = scale(sc.Start), scale(sc.Length), scale(sc.Horizon), scale(sc.Healed), scale(sc.unit())
+	sc.scale = sc.scaledBy() * k
 	return sc
 }
 
@@ -120,6 +136,23 @@ func (sc Scenario) FaultWindows() [][2]time.Duration {
 	return out
 }
 
+// start starts the cell's server: its seed, the scenario's queue, and the
+// scenario's fault from Start for Length.
+func (cell Cell) start() *Sim {
+	sc, srv := cell.Scenario, cell.Server
+	srv.Seed = cell.Seed
+	if sc.Queue > 0 {
+		srv.Queue = sc.Queue
+	}
+	srv.Fault = func(at time.Duration) Fault {
+		if at < sc.Start || at >= sc.Start+sc.Length {
+			return Fault{}
+		}
+		return sc.Fault(at - sc.Start)
+	}
+	return srv.Start()
+}
+
 // request is what one request did.
 type request struct {
 	start, end time.Duration // since the run started
@@ -140,27 +173,27 @@ func Run(cell Cell, stack Stack) (Result, error) {
 	case ld.Deadline <= 0 || (ld.Rate <= 0 && (ld.Callers <= 0 || ld.Pace <= 0)):
 		return Result{}, errors.New("scenario: Run needs a Load with a Deadline, and a Rate or Callers and a Pace")
 	}
-	srv := cell.Server
-	srv.Seed = cell.Seed
-	if sc.Queue > 0 {
-		srv.Queue = sc.Queue
-	}
-	srv.Fault = func(at time.Duration) Fault {
-		if at < sc.Start || at >= sc.Start+sc.Length {
-			return Fault{}
-		}
-		return sc.Fault(at - sc.Start)
-	}
-	sim := srv.Start()
-	defer sim.Stop()
-	downstream := sim.Call
-	if cell.Network != nil {
-		call, stop, err := cell.Network(sim.Call)
+	var downstream func(context.Context) error
+	var record func() (Record, error)
+	if cell.Downstream != nil {
+		call, stop, err := cell.Downstream(cell)
 		if err != nil {
 			return Result{}, err
 		}
-		defer stop()
-		downstream = call
+		downstream, record = call, stop
+	} else {
+		sim := cell.start()
+		defer sim.Stop()
+		downstream = sim.Call
+		record = func() (Record, error) { return sim.Record(), nil }
+		if cell.Network != nil {
+			call, stop, err := cell.Network(sim.Call)
+			if err != nil {
+				return Result{}, err
+			}
+			defer stop()
+			downstream = call
+		}
 	}
 
 	t0 := time.Now()
@@ -215,7 +248,11 @@ func Run(cell Cell, stack Stack) (Result, error) {
 		}
 	}
 	wg.Wait()
-	res := measure(sc, reqs, sim)
+	rec, err := record()
+	if err != nil {
+		return Result{}, err
+	}
+	res := measure(sc, reqs, rec)
 	res.Began = t0
 	if cell.Record {
 		res.Marks = make([]Mark, len(reqs))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -30,7 +31,7 @@ type Server struct {
 	// validation or a dependency's refusal).
 	ErrorCost time.Duration
 	// Fault is the fault at a time since the server started (nil: none).
-	Fault func(at time.Duration) Fault
+	Fault func(at time.Duration) Fault `json:"-"`
 	Seed  uint64
 }
 
@@ -80,15 +81,24 @@ type Sim struct {
 	mu       sync.Mutex
 	rng      *rand.Rand
 	stats    Stats
-	qsamples float64    // sum of queue lengths seen at arrivals
-	queueBy  []queueSum // the same, by second since the start
+	qsamples float64       // sum of queue lengths seen at arrivals
+	queueBy  []QueueSecond // the same, by second since the start
 }
 
-// queueSum is the queue lengths arrivals found during one second.
-type queueSum struct {
-	sum  float64
-	n    int
-	most int
+// Record is what a simulated server did over a run: its counts, and the
+// queue lengths its arrivals found, by second since it started. A server
+// in another process sends its Record back when it ends (ServeProcess).
+type Record struct {
+	Stats   Stats
+	QueueBy []QueueSecond
+}
+
+// QueueSecond is the queue lengths that the arrivals of one second found:
+// their sum, their number and the most.
+type QueueSecond struct {
+	Sum  float64
+	N    int
+	Most int
 }
 
 // Stats counts what a simulated server did.
@@ -149,16 +159,21 @@ func (m *Sim) MeanQueue() float64 {
 	return m.qsamples / float64(m.stats.Received)
 }
 
-// queueIn returns the mean and the most of the queue lengths that arrivals
-// found in [from, to).
-func (m *Sim) queueIn(from, to time.Duration) (mean float64, most int) {
+// Record returns what the server has done so far.
+func (m *Sim) Record() Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return Record{Stats: m.stats, QueueBy: slices.Clone(m.queueBy)}
+}
+
+// queueIn returns the mean and the most of the queue lengths that arrivals
+// found in [from, to).
+func (r Record) queueIn(from, to time.Duration) (mean float64, most int) {
 	var sum float64
 	n := 0
-	for sec := int(from / time.Second); sec < int(to/time.Second) && sec < len(m.queueBy); sec++ {
-		b := m.queueBy[sec]
-		sum, n, most = sum+b.sum, n+b.n, max(most, b.most)
+	for sec := int(from / time.Second); sec < int(to/time.Second) && sec < len(r.QueueBy); sec++ {
+		b := r.QueueBy[sec]
+		sum, n, most = sum+b.Sum, n+b.N, max(most, b.Most)
 	}
 	if n == 0 {
 		return 0, most
@@ -184,10 +199,10 @@ func (m *Sim) Call(ctx context.Context) error {
 	m.stats.QueueMax = max(m.stats.QueueMax, q)
 	sec := int(time.Since(m.start) / time.Second)
 	for len(m.queueBy) <= sec {
-		m.queueBy = append(m.queueBy, queueSum{})
+		m.queueBy = append(m.queueBy, QueueSecond{})
 	}
 	b := &m.queueBy[sec]
-	b.sum, b.n, b.most = b.sum+float64(q), b.n+1, max(b.most, q)
+	b.Sum, b.N, b.Most = b.Sum+float64(q), b.N+1, max(b.Most, q)
 	hang, draw, z := m.rng.Float64(), m.rng.Float64(), m.rng.NormFloat64()
 	switch {
 	case f.Down:
