@@ -98,6 +98,9 @@ type cg struct {
 	// defaults), for experiments.
 	maxLimit  int
 	tolerance float64
+	// deadlineShare: Gradient2's DeadlineShare (0: its default; < 0:
+	// never).
+	deadlineShare float64
 }
 
 func (c cg) stack(seed uint64) (scenario.Stack, error) {
@@ -273,8 +276,8 @@ func (c cg) newLimit() (chain.Policy, error) {
 		return limit.New(limit.Settings{Algorithm: limit.AIMD(limit.AIMDSettings{}), InitialLimit: c.initialLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait})
 	}
 	ls := limit.Settings{InitialLimit: c.initialLimit, MaxLimit: c.maxLimit, MaxQueue: c.limitQueue, MaxWait: c.limitWait}
-	if c.tolerance > 0 {
-		ls.Algorithm = limit.Gradient2(limit.Gradient2Settings{Tolerance: c.tolerance})
+	if c.tolerance > 0 || c.deadlineShare != 0 {
+		ls.Algorithm = limit.Gradient2(limit.Gradient2Settings{Tolerance: c.tolerance, DeadlineShare: c.deadlineShare})
 	}
 	return limit.New(ls)
 }
@@ -285,6 +288,17 @@ func (c cg) queueConfig() string {
 		return "no queue"
 	}
 	return fmt.Sprintf("a queue of %d waiting at most %v", c.limitQueue, c.limitWait)
+}
+
+// shareConfig describes Gradient2's DeadlineShare.
+func (c cg) shareConfig() string {
+	switch {
+	case c.deadlineShare < 0:
+		return "round trips never judged against the deadline"
+	case c.deadlineShare == 0:
+		return fmt.Sprintf("falling when round trips take %g of the time left", limit.DefaultDeadlineShare)
+	}
+	return fmt.Sprintf("falling when round trips take %g of the time left", c.deadlineShare)
 }
 
 // overloadConfig describes the overload policies of c.
@@ -300,7 +314,9 @@ func (c cg) overloadConfig() string {
 	case "aimd":
 		parts = append(parts, fmt.Sprintf("limit AIMD (limit.Settings defaults: from %d in [1, 200], ×0.9 on a timeout), %s, %s", cmp.Or(c.initialLimit, limit.DefaultInitialLimit), c.queueConfig(), where))
 	case "gradient2":
-		parts = append(parts, fmt.Sprintf("limit Gradient2 (limit.Settings defaults: from %d in [1, 200], tolerance 1.5, short 10 / long 600 samples), %s, %s", cmp.Or(c.initialLimit, limit.DefaultInitialLimit), c.queueConfig(), where))
+		parts = append(parts, fmt.Sprintf("limit Gradient2 (from %d in [1, %d], tolerance %g, short 10 / long 600 samples, %s), %s, %s",
+			cmp.Or(c.initialLimit, limit.DefaultInitialLimit), cmp.Or(c.maxLimit, limit.DefaultMaxLimit), cmp.Or(c.tolerance, limit.DefaultTolerance),
+			c.shareConfig(), c.queueConfig(), where))
 	}
 	if c.throttle {
 		parts = append(parts, "throttle (throttle.Settings defaults: K 2 over 1m, at most 90% refused, after 20 requests) inside the retry")
@@ -318,7 +334,8 @@ func cgStack(name string, c cg) stackDef {
 // recommended is callguard's recommended chain (docs/ordering.md): the
 // retry outside the breaker, without a budget, its waits fit to the
 // deadline; an adaptive concurrency
-// limit (Gradient2, its defaults) inside the retry; the breaker tripping
+// limit (Gradient2, its defaults: it falls when round trips take half of
+// the callers' time left) inside the retry; the breaker tripping
 // on 10 consecutive failures or 79 % of the attempts (half the requests),
 // leaving the downstream's overload refusals (its queue full:
 // grpcmw.Overloaded, httpmw.Overloaded) to the limit, a short fixed stay,
@@ -400,6 +417,7 @@ func mechanisms() []stackDef {
 		cgStack("cg-limit-from50", recommended.with(func(c *cg) { c.initialLimit = 50 })),
 		cgStack("cg-limit-queue", recommended.with(func(c *cg) { c.limitQueue, c.limitWait = 10, 100*time.Millisecond })),
 		cgStack("cg-retry-rejected", recommended.with(func(c *cg) { c.retryRejected = true })),
+		cgStack("cg-share-never", recommended.with(func(c *cg) { c.deadlineShare = -1 })),
 		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.consecutive = 0 })),
 		cgStack("cg-probe-1of3", recommended.with(func(c *cg) { c.successes = 1 })),
 		cgStack("cg-open500ms", recommended.with(func(c *cg) { c.open = 500 * time.Millisecond })),
@@ -422,6 +440,8 @@ var experimental = []stackDef{
 	cgStack("x-limit-from8", recommended.with(func(c *cg) { c.initialLimit = 8 })),
 	cgStack("x-limit-from8+retry-rejected", recommended.with(func(c *cg) { c.initialLimit, c.retryRejected = 8, true })),
 	cgStack("x-rate90", recommended.with(func(c *cg) { c.rate = 0.9 })),
+	cgStack("x-share0.25", recommended.with(func(c *cg) { c.deadlineShare = 0.25 })),
+	cgStack("x-share0.75", recommended.with(func(c *cg) { c.deadlineShare = 0.75 })),
 }
 
 // seeds per cell.
