@@ -3,6 +3,7 @@ package limit_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/callguard/callguard/limit"
 )
@@ -17,6 +18,20 @@ type acquireDone interface {
 func benchAcquireDone(b *testing.B, p acquireDone) {
 	ctx := context.Background()
 	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			pm, err := p.Acquire(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			pm.Done(nil)
+		}
+	})
+	b.Run("serial-deadline", func(b *testing.B) {
+		// A caller's deadline, as through the adapters: Gradient2 reads it
+		// on each sample (DeadlineShare).
+		ctx, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
 		b.ReportAllocs()
 		for b.Loop() {
 			pm, err := p.Acquire(ctx)
