@@ -480,15 +480,19 @@ func admitAt(err error) time.Time {
 }
 
 // schedule returns a fresh backoff schedule: one per call, since
-// backoff.ExponentialBackOff is not safe for concurrent use.
+// backoff.ExponentialBackOff is not safe for concurrent use. A schedule
+// without backoff/v4's own jitter — none asked for, or jittered from
+// p.rnd after NextBackOff — is exact: ExponentialBackOff.NextBackOff
+// draws from math/rand's global source even with RandomizationFactor 0,
+// and a draw thrown away there would still move the draws of everything
+// else that seeds that source.
 func (p *Policy) schedule() backoff.BackOff {
-	factor := p.jitter
-	if p.rnd != nil {
-		factor = 0 // jittered from p.rnd, after NextBackOff
+	if p.rnd != nil || p.jitter == 0 {
+		return &exact{initial: p.initial, next: p.initial, multiplier: p.multiplier, max: p.max}
 	}
 	bo := &backoff.ExponentialBackOff{
 		InitialInterval:     p.initial,
-		RandomizationFactor: factor,
+		RandomizationFactor: p.jitter,
 		Multiplier:          p.multiplier,
 		MaxInterval:         p.max,
 		Stop:                backoff.Stop,
@@ -497,6 +501,26 @@ func (p *Policy) schedule() backoff.BackOff {
 	bo.Reset()
 	return bo
 }
+
+// exact is backoff/v4's ExponentialBackOff without its randomization and
+// without its draw: initial, then multiplier times as long, up to max,
+// with ExponentialBackOff's arithmetic (incrementCurrentInterval).
+type exact struct {
+	initial, next, max time.Duration
+	multiplier         float64
+}
+
+func (e *exact) NextBackOff() time.Duration {
+	d := e.next
+	if float64(e.next) >= float64(e.max)/e.multiplier {
+		e.next = e.max
+	} else {
+		e.next = time.Duration(float64(e.next) * e.multiplier)
+	}
+	return d
+}
+
+func (e *exact) Reset() { e.next = e.initial }
 
 func (p *Policy) retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
