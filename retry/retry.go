@@ -39,7 +39,7 @@ type Policy struct {
 	max         time.Duration
 	multiplier  float64
 	jitter      float64
-	rnd         *seeded.Rand // Rand's source of jitter; nil: math/rand/v2's
+	rnd         *seeded.Rand // Rand's source of jitter; nil: math/rand's global one, through backoff/v4
 	retryIf     func(error) bool
 	whenOpen    bool
 	fit         bool // FitDeadline
@@ -135,8 +135,9 @@ func Jitter(fraction float64) Option {
 	})
 }
 
-// Rand draws the jitter from src rather than from math/rand/v2's global
-// source, so that a run can be replayed (a simulation, a test): with
+// Rand draws the jitter from src rather than from math/rand's global
+// source (backoff/v4's draw), so that a run can be replayed (a
+// simulation, a test), and draws nothing from the global source: with
 // rand.NewPCG(seed, seq), the same waits come in the same order. src is
 // read under a lock of the policy's own, as math/rand/v2's sources are not
 // safe for concurrent use; it is read only when a wait is jittered, never

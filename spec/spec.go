@@ -215,7 +215,8 @@ func (s *Spec) Policies() ([]chain.Policy, error) {
 // seed and the policy's place in the chain, new on each call: two chains
 // built from it make the same waits and the same draws in the same order,
 // so that a simulation (the lab's what-if) gives the same numbers every
-// run. Without it, they draw from math/rand/v2's global source.
+// run. Without it, they draw from the global sources (math/rand's through
+// backoff/v4 for a retry's jitter, math/rand/v2's for a throttle).
 func (s *Spec) Seeded(seed uint64) *Spec {
 	if s == nil {
 		return nil
