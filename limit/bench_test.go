@@ -17,30 +17,24 @@ type acquireDone interface {
 // rejected when GOMAXPROCS exceeds it: it counts the admissions).
 func benchAcquireDone(b *testing.B, p acquireDone) {
 	ctx := context.Background()
-	b.Run("serial", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			pm, err := p.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
+	serial := func(ctx context.Context) func(*testing.B) {
+		return func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				pm, err := p.Acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				pm.Done(nil)
 			}
-			pm.Done(nil)
 		}
-	})
-	b.Run("serial-deadline", func(b *testing.B) {
-		// A caller's deadline, as through the adapters: Gradient2 reads it
-		// on each sample (DeadlineShare).
-		ctx, cancel := context.WithTimeout(ctx, time.Hour)
-		defer cancel()
-		b.ReportAllocs()
-		for b.Loop() {
-			pm, err := p.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			pm.Done(nil)
-		}
-	})
+	}
+	b.Run("serial", serial(ctx))
+	// A caller's deadline, as through the adapters: Gradient2 reads it on
+	// each sample (DeadlineShare).
+	dctx, cancel := context.WithTimeout(ctx, time.Hour)
+	defer cancel()
+	b.Run("serial-deadline", serial(dctx))
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
