@@ -118,6 +118,9 @@ func (b *Breaker) String() string {
 	var rules string
 	if s.ConsecutiveFailures > 0 {
 		rules = fmt.Sprintf("%d consecutive", s.ConsecutiveFailures)
+		if s.ConsecutiveFor > 0 {
+			rules += fmt.Sprintf(" over %v", s.ConsecutiveFor)
+		}
 	}
 	add := func(r string) {
 		if rules != "" {

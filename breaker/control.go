@@ -105,7 +105,7 @@ func (m *machine) control(o Override, now time.Time) {
 		g = &gen{state: StateClosed, manual: o} // no window: nothing to trip on
 	default:
 		g = m.newGen(StateClosed, now)
-		m.streak, m.lastStay, m.closedAt = 0, 0, now
+		m.streak, m.lastStay, m.closedAt = 0, 0, m.stamp(now)
 	}
 	m.cur.Store(g)
 	if prev.state != g.state {

@@ -15,6 +15,8 @@ func gobreakerExpressible(s Settings) error {
 	switch {
 	case s.WindowCalls > 0:
 		return invalid("WindowCalls", s.WindowCalls, why)
+	case s.ConsecutiveFor > 0:
+		return invalid("ConsecutiveFor", s.ConsecutiveFor, why)
 	case s.SlowCall > 0:
 		return invalid("SlowCall", s.SlowCall, why)
 	case s.MaxOpenTimeout > 0:

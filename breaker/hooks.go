@@ -98,6 +98,11 @@ func init() {
 		bb, _ := b.(*Breaker)
 		return bb != nil && bb.m != nil && bb.m.remote(false, time.Time{})
 	}
+	bridge.BreakerForgive = func(b any, since time.Time) {
+		if bb, _ := b.(*Breaker); bb != nil && bb.m != nil {
+			bb.m.forgive(since)
+		}
+	}
 	bridge.BreakerTrip = func(b any) time.Time {
 		bb, _ := b.(*Breaker)
 		if bb == nil || bb.m == nil {
@@ -122,6 +127,27 @@ func (m *machine) trip() time.Time {
 	m.mu.Unlock()
 	m.b.deliver()
 	return until
+}
+
+// forgive takes back the failures counted since since, which an adaptive
+// attempt timeout inside the breaker found to be slow answers it had cut,
+// not failures of the downstream: a closed breaker's run of failures is
+// cleared (a rate window keeps its counts), and a breaker that opened
+// since then closes. A forced or disabled breaker is left alone.
+func (m *machine) forgive(since time.Time) {
+	m.mu.Lock()
+	now := time.Now()
+	g := m.cur.Load()
+	switch {
+	case g.manual != OverrideNone:
+	case g.state == StateClosed:
+		g.consec.Store(0)
+	case m.openedAt != 0 && m.openedAt-1 >= m.stamp(since):
+		m.set(StateClosed, now)
+		m.streak = 0
+	}
+	m.mu.Unlock()
+	m.b.deliver()
 }
 
 // remote applies a change another instance made to a shared breaker: open
@@ -153,7 +179,7 @@ func (m *machine) remote(open bool, until time.Time) bool {
 		changed = true
 	case !open && g.state != StateClosed:
 		m.set(StateClosed, now)
-		m.closedAt = now // closed now, not at the end of a stay it cut short
+		m.closedAt = m.stamp(now) // closed now, not at the end of a stay it cut short
 		changed = true
 	}
 	m.mu.Unlock()

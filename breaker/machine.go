@@ -25,7 +25,8 @@ type machine struct {
 	// the breaker has stayed closed for lastStay (see set).
 	streak   int
 	lastStay time.Duration
-	closedAt time.Time
+	closedAt stamp
+	openedAt stamp // when it last opened, plus 1 (0: never), guarded by mu
 
 	probes, probeFailures atomic.Uint64
 
@@ -43,9 +44,10 @@ type gen struct {
 	rej *OpenError
 
 	// closed
-	consec atomic.Uint64
-	tw     *timeWindow
-	cw     *countWindow
+	consec   atomic.Uint64
+	runStart stamp // when the run of failures began; guarded by machine.mu
+	tw       *timeWindow
+	cw       *countWindow
 
 	// half-open, guarded by machine.mu
 	admitted, succeeded, failed int
@@ -148,12 +150,13 @@ func (m *machine) set(st State, now time.Time) *gen {
 	g := m.newGen(st, now)
 	switch st {
 	case StateOpen:
-		if m.s.SkipHalfOpen && now.Sub(m.closedAt) >= m.lastStay {
+		if m.s.SkipHalfOpen && m.elapsed(m.closedAt, now) >= m.lastStay {
 			// Closed for as long as the last stay without a trip: the
 			// close that ended it was for good, and the run is over.
 			m.streak = 0
 		}
 		stay := m.openStay()
+		m.openedAt = m.stamp(now) + 1
 		g.expiry = now.Add(stay)
 		g.rej = &OpenError{Name: m.s.Name, Until: g.expiry.Add(1)} // it leaves open strictly after the stay
 		m.streak++
@@ -162,9 +165,9 @@ func (m *machine) set(st State, now time.Time) *gen {
 	case StateHalfOpen:
 		g.rej = &OpenError{Name: m.s.Name, Probes: true}
 	case StateClosed:
-		m.closedAt = now
+		m.closedAt = m.stamp(now)
 		if from == StateOpen {
-			m.closedAt = prev.expiry // SkipHalfOpen: closed since the stay ended
+			m.closedAt = m.stamp(prev.expiry) // SkipHalfOpen: closed since the stay ended
 		}
 		if !m.s.SkipHalfOpen {
 			m.streak = 0
@@ -245,7 +248,9 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 	case StateClosed:
 		switch o {
 		case failure:
-			g.consec.Add(1)
+			if g.consec.Add(1) == 1 {
+				g.runStart = m.stamp(now)
+			}
 		case success:
 			g.consec.Store(0)
 		}
@@ -289,7 +294,8 @@ func (m *machine) shouldTrip(g *gen, now time.Time) bool {
 	if g.manual == OverrideDisabled {
 		return false
 	}
-	if s.ConsecutiveFailures > 0 && g.consec.Load() >= uint64(s.ConsecutiveFailures) {
+	if s.ConsecutiveFailures > 0 && g.consec.Load() >= uint64(s.ConsecutiveFailures) &&
+		m.elapsed(g.runStart, now) >= s.ConsecutiveFor {
 		return true
 	}
 	var calls, fails, slow uint64

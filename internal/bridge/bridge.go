@@ -40,6 +40,12 @@ var (
 	// forced breaker is left alone. Both report whether b changed.
 	BreakerOpenRemote  func(b any, until time.Time) bool
 	BreakerCloseRemote func(b any) bool
+	// BreakerForgive takes back the failures b, a *breaker.Breaker,
+	// counted since since, which an adaptive attempt timeout inside it
+	// found to be slow answers it had cut (see Timeout.Observe): a closed
+	// b's run of failures is cleared, and a b that opened since then
+	// closes. Native engine only; a forced b is left alone.
+	BreakerForgive func(b any, since time.Time)
 	// BreakerTrip opens a closed b as its own rules would, its open stay
 	// growing with MaxOpenTimeout, and returns when it admits calls again
 	// (zero if it did not open it).
