@@ -268,8 +268,9 @@ func TestAdaptiveBlackholeOpensBreaker(t *testing.T) {
 // TestAdaptiveHangsInChain: 20 % of the answers hanging
 // for 30 s after a healthy warm-up. The adaptive attempt timeout must
 // protect as the fixed one does: hung attempts are ended by the attempt
-// timeout, so that the retry tries again, and never a first or second
-// attempt by the overall deadline; and of the requests the breaker admits,
+// timeout, so that the retry tries again, and a first or second attempt by
+// the overall deadline only when it was the timeout's scout (see
+// timeout.Adaptive); and of the requests the breaker admits,
 // no larger share fails on hangs (used up attempts or deadline; within 3
 // standard errors). Before, the adaptive timeout grew past the overall
 // deadline, and a request with a hung attempt failed as without a chain.
@@ -288,8 +289,14 @@ func TestAdaptiveHangsInChain(t *testing.T) {
 	t.Logf("fixed: %v", fixed)
 	t.Logf("adaptive: %v", adaptive)
 	t.Logf("no chain, the overall timeout alone: %v", none)
-	if adaptive.earlyByOverall > 0 || adaptive.byOurs == 0 {
-		t.Errorf("got %d of %d hung attempts ended by the attempt timeout and %d first or second attempts by the overall deadline, want none of those", adaptive.byOurs, adaptive.hung, adaptive.earlyByOverall)
+	// The timeout cuts a fifth of the attempts, more than its quantile
+	// allows: in doubt, it lets one attempt at a time run to its ceiling
+	// (where the overall deadline ends it), resting 100 ms, 200 ms, … up
+	// to its window (60 s) after each that hangs; the breaker's probes
+	// meet such scouts too. A scout that hangs costs its request its
+	// retries: a few requests in the 30 s, not a share of them.
+	if adaptive.earlyByOverall > 20 || 10*adaptive.byOurs < 9*adaptive.hung {
+		t.Errorf("got %d of %d hung attempts ended by the attempt timeout and %d first or second attempts by the overall deadline, want 90 %% the former and at most 20 of the latter (the scouts)", adaptive.byOurs, adaptive.hung, adaptive.earlyByOverall)
 	}
 	// The two shares of admitted requests failed on hangs, and the
 	// standard error of their difference.

@@ -37,30 +37,45 @@ type frame struct {
 func (c *Chain) runTimeout(ctx context.Context, i int, f frame, call func(context.Context) error) error {
 	s := &c.steps[i]
 	now := time.Now()
-	dl, d := s.tx.Deadline(now)
+	dl, d, scout := s.tx.Deadline(ctx, now)
 	if f.owner < 0 || dl.Before(f.deadline) {
 		f.deadline, f.timeout, f.owner = dl, d, i
 	}
 	if !s.tx.Adaptive && !s.inBreaker {
 		return s.next(c, ctx, i+1, f, call)
 	}
-	return c.timeoutDone(ctx, i, f, now, dl, s.next(c, ctx, i+1, f, call))
+	return c.timeoutDone(ctx, i, f, now, dl, scout, s.next(c, ctx, i+1, f, call))
 }
 
 // timeoutDone is the end of the timeout step i, started at start with the
-// deadline dl, for an attempt that ended with err: a function of its own,
-// whose frame is not on the stack while the call runs.
+// deadline dl (scout: the adaptive timeout's scout), for an attempt that
+// ended with err: a function of its own, whose frame is not on the stack
+// while the call runs.
 //
 //go:noinline
-func (c *Chain) timeoutDone(ctx context.Context, i int, f frame, start, dl time.Time, err error) error {
+func (c *Chain) timeoutDone(ctx context.Context, i int, f frame, start, dl time.Time, scout bool, err error) error {
 	s := &c.steps[i]
 	if err != nil && s.inBreaker {
 		err = judge(ctx, s.tp(), i, f, start, err)
 	}
 	if s.tx.Adaptive {
-		s.tx.Observe(start, err, f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl))
+		fired := f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl)
+		if since := s.tx.Observe(start, err, fired, scout); !since.IsZero() {
+			c.forgive(i, since)
+		}
 	}
 	return err
+}
+
+// forgive tells the breakers outside the timeout step i that the attempts
+// it cut since since were slow answers, not failures (see
+// bridge.Timeout.Observe).
+func (c *Chain) forgive(i int, since time.Time) {
+	for j := range i {
+		if c.steps[j].kind == kindBreaker {
+			bridge.BreakerForgive(c.steps[j].p, since)
+		}
+	}
 }
 
 // runRetry runs the retry step i: the first attempt here, the retries in
@@ -91,8 +106,7 @@ func (c *Chain) runRetry(ctx context.Context, i int, f frame, call func(context.
 func (c *Chain) attemptTimeout(i int) time.Duration {
 	for j := i + 1; j < len(c.steps); j++ {
 		if s := &c.steps[j]; s.kind == kindTimeout {
-			_, d := s.tx.Deadline(time.Now())
-			return d
+			return s.tx.Planned()
 		}
 	}
 	return 0

@@ -444,7 +444,11 @@ func (p *Policy) again(ctx context.Context, deadline time.Time, reserve time.Dur
 			case <-t.C:
 			}
 		}
-		if err = call(ctx); err == nil {
+		actx := ctx
+		if attempt+1 >= p.attempts {
+			actx = bridge.WithLastAttempt(ctx) // no retry follows it
+		}
+		if err = call(actx); err == nil {
 			if p.throttle != nil {
 				p.throttle.succeeded()
 			}

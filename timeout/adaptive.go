@@ -22,15 +22,22 @@ type AdaptiveOptions struct {
 // the calls that answered successfully over the last Window, times
 // Multiplier, within [Min, Max]. Only answers count, in the histogram and
 // toward MinSamples: a call that this timeout cut tells only that it took
-// at least the timeout, and counted at the timeout it let hangs push the
-// timeout up to Max, past the callers' deadlines, where a breaker no longer
-// sees them as failures. So the timeout stays where it is while a
-// downstream hangs. One that is too short still grows, as the answers pile
-// up just under it: each recompute raises it by up to Multiplier (and one
-// histogram bucket). Slow calls that all take far longer than the timeout,
-// with no answers just under it, look like hangs and do not make it grow:
-// start it above the tail. Until MinSamples answers are seen, New's
-// timeout applies. Recording a call is O(1) (a histogram with 12.5 % wide
+// at least the timeout, and counted at the timeout it would let hangs push
+// the timeout up to Max, past the callers' deadlines, where a breaker no
+// longer sees them as failures. One that is too short still grows, as the
+// answers pile up just under it: each recompute raises it by up to
+// Multiplier (and one histogram bucket).
+//
+// A downstream that gets slower than the timeout all at once has no
+// answers just under it: every attempt is cut. While the timeout cuts more
+// attempts than its Quantile allows, one attempt at a time runs at Max
+// (the scout; the caller's deadline still bounds it): if it answers, the
+// attempts being cut were slow answers, and the timeout rises at once to
+// the scout's latency × Multiplier, staying at least there for a Window;
+// if it does not, they were hangs, and the timeout stays where it is. In a
+// chain, the breakers outside forgive the failures such slow answers
+// counted (docs/timeout.md, "A slowdown is not a hang"). Until MinSamples
+// answers are seen, New's timeout applies. Recording a call is O(1) (a histogram with 12.5 % wide
 // buckets, one atomic add); memory is fixed (about 24 KiB); the value is
 // recomputed every 64 answers and when the window moves.
 func Adaptive(o AdaptiveOptions) Option {
@@ -47,6 +54,8 @@ type tracker struct {
 	records    atomic.Uint64
 	computing  atomic.Bool
 	w          *latency.Window
+	window     time.Duration
+	doubt      atomic.Pointer[doubt] // see scout.go
 }
 
 func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
@@ -87,7 +96,7 @@ func newTracker(d time.Duration, o AdaptiveOptions) (*tracker, error) {
 	}
 	t := &tracker{
 		q: o.Quantile, mult: o.Multiplier, min: o.Min, max: o.Max,
-		minSamples: uint64(o.MinSamples), w: latency.New(o.Window),
+		minSamples: uint64(o.MinSamples), w: latency.New(o.Window), window: o.Window,
 	}
 	t.value.Store(int64(min(max(d, o.Min), o.Max)))
 	return t, nil
@@ -127,7 +136,7 @@ func (t *tracker) recompute(e int64) {
 	// would float64(t.max) near it, which rounds up to 2^63).
 	v := t.max
 	if f := float64(u) * t.mult; f < float64(t.max) {
-		v = max(time.Duration(f), t.min)
+		v = max(time.Duration(f), t.min, t.floorNow(time.Now()))
 	}
 	t.value.Store(int64(v))
 }

@@ -2,6 +2,7 @@ package timeout_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -164,14 +165,12 @@ func TestAdaptiveFifthHangs(t *testing.T) {
 
 // TestAdaptiveGrowsFromTooShort: a timeout that starts too short still
 // finds the tail. At 100 ms on a healthy downstream whose calls take
-// 10–100 ms, and 20 % of them 100 ms–1 s, the answers pile up just under
-// the timeout, so each recompute raises it (by at most Multiplier, and a
-// histogram bucket) until
-// no healthy call is cut; once the slow calls stop, it comes back down.
-//
-// A tail with a gap above the timeout (say 10 % of calls at 800 ms and the
-// rest at 30 ms) does not make it grow: that looks exactly like 10 % of the
-// calls hanging (see TestAdaptiveFifthHangs).
+// 10–100 ms, and 20 % of them 100 ms–1 s, it cuts a fifth of the calls,
+// far more than its quantile allows: its scout, let run to Max, answers,
+// and the timeout rises to that answer × Multiplier; the answers then pile
+// up just under it, so each recompute raises it further, never past
+// Multiplier (and a histogram bucket) × the longest answer seen, until no
+// healthy call is cut; once the slow calls stop, it comes back down.
 func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const mult = 1.5
@@ -189,6 +188,7 @@ func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 		}
 		var longest, lastCut, prev time.Duration
 		var steps []float64
+		var above []string // values past Multiplier × bucket × the longest answer then
 		prev = p.Timeout()
 		start := time.Now()
 		cut := 0
@@ -201,6 +201,9 @@ func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 			if now := p.Timeout(); now != prev {
 				steps = append(steps, float64(now)/float64(prev))
 				prev = now
+				if now > time.Duration(mult*bucketSlack*float64(longest)) {
+					above = append(above, fmt.Sprintf("%v with the longest answer %v", now, longest))
+				}
 			}
 		})
 		grown := p.Timeout()
@@ -212,10 +215,8 @@ func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 		if lastCut > 20*time.Second {
 			t.Errorf("got a healthy call cut at %v, want none in the last 10 s", lastCut)
 		}
-		for _, s := range steps {
-			if s > mult*bucketSlack {
-				t.Errorf("got a step of ×%.3f, want at most ×%v × %v per recompute", s, mult, bucketSlack)
-			}
+		if len(above) > 0 {
+			t.Errorf("got timeouts %v, want none above %v × %v × the longest answer seen", above, mult, bucketSlack)
 		}
 		// The slow calls stop: it follows the answers back down.
 		var fast []time.Duration
@@ -227,6 +228,46 @@ func TestAdaptiveGrowsFromTooShort(t *testing.T) {
 			t.Errorf("got a timeout of %v on calls of p99.9 %v, want within [p99.9, %v × %v × p99.9]", got, q, mult, bucketSlack)
 		} else {
 			t.Logf("after the slow calls stop: %v (p99.9 %v)", got, q)
+		}
+	})
+}
+
+// TestAdaptiveGrowsOverAGap: a tail with a gap above the timeout (10 % of
+// the calls at 800 ms, the rest at 30 ms, under a 100 ms timeout) has no
+// answers just under the timeout to make it grow, and looks, to the cut
+// calls alone, like 10 % of the calls hanging. Its scout, let run to Max,
+// answers at 800 ms: the timeout rises to 1.2 s (800 ms × 1.5) at once,
+// and cuts no slow call after; TestAdaptiveFifthHangs is the same share
+// hanging, where it stays put.
+func TestAdaptiveGrowsOverAGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := timeout.New(100*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
+			Min: 20 * time.Millisecond, Max: 5 * time.Second, Window: 10 * time.Second,
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var lastCut time.Duration
+		cut := 0
+		load(p, 10, 20*time.Second, 3, func(r *rand.Rand) time.Duration {
+			if r.Float64() < 0.1 {
+				return 800 * time.Millisecond
+			}
+			return 30 * time.Millisecond
+		}, func(_ time.Time, _ time.Duration, err error) {
+			if timeout.Expired(err) {
+				cut++
+				lastCut = time.Since(start)
+			}
+		})
+		got := p.Timeout()
+		t.Logf("timeout %v after 20 s; %d calls cut, the last at %v", got, cut, lastCut.Round(time.Millisecond))
+		if got < 800*time.Millisecond || got > 1500*time.Millisecond {
+			t.Errorf("got a timeout of %v, want above the 800 ms calls, at most 1.5 × 1.125 × them", got)
+		}
+		if lastCut > 2*time.Second {
+			t.Errorf("got a slow call cut at %v, want none after the first scout's answer (under 2 s)", lastCut)
 		}
 	})
 }

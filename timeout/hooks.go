@@ -20,7 +20,7 @@ func (p *Policy) bridged() bridge.Timeout {
 	}
 	x.Declared = p.declared
 	if t := p.adaptive; t != nil {
-		x.Adaptive, x.Current, x.Observe = true, t.current, p.observe
+		x.Adaptive, x.Current, x.Start, x.Observe = true, t.current, t.start, p.observe
 		x.Min, x.Max = t.min, t.max
 	}
 	return x

@@ -144,7 +144,7 @@ func (p *Policy) String() string {
 // Do returns an [*Error] (matching [ErrTimeout] and
 // context.DeadlineExceeded); otherwise the call's own result.
 func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error {
-	d := p.Timeout()
+	d, scout := p.start(ctx)
 	if d <= 0 {
 		return errZero
 	}
@@ -153,7 +153,7 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 		start = time.Now()
 		if dl.Sub(start) <= d {
 			err := call(ctx) // the caller's deadline comes first: no context of ours
-			p.observe(start, err, false)
+			p.observe(start, err, false, scout)
 			return err
 		}
 	} else if p.adaptive != nil {
@@ -171,11 +171,20 @@ func (p *Policy) Do(ctx context.Context, call func(context.Context) error) error
 	// with the context still alive (the downstream may report the deadline
 	// it was sent before our timer fires).
 	fired := err != nil && (context.Cause(actx) == error(cause) || actx.Err() == nil && deadline.Passed(actx))
-	p.observe(start, err, fired)
+	p.observe(start, err, fired, scout)
 	if fired && err != nil {
 		return &Error{Timeout: d, Err: err}
 	}
 	return err
+}
+
+// start returns the timeout of a call starting now, and whether it is the
+// adaptive timeout's scout (see scout.go).
+func (p *Policy) start(ctx context.Context) (time.Duration, bool) {
+	if p.adaptive != nil {
+		return p.adaptive.start(ctx)
+	}
+	return p.d, false
 }
 
 var errZero = errors.New("timeout: a zero Policy has no timeout; make one with timeout.New")
@@ -183,15 +192,38 @@ var errZero = errors.New("timeout: a zero Policy has no timeout; make one with t
 // Expired reports whether err comes from this package's timeouts.
 func Expired(err error) bool { return errors.Is(err, ErrTimeout) }
 
-func (p *Policy) observe(start time.Time, err error, fired bool) {
-	if p.adaptive == nil {
-		return
+// observe feeds the adaptive timeout a call that started at start and
+// ended with err (fired: this timeout ended it; scout: it ran at the
+// ceiling, see scout.go). It returns when the doubt began if a scout showed
+// the attempts cut since then to be slow answers, else the zero time.
+func (p *Policy) observe(start time.Time, err error, fired, scout bool) (forgive time.Time) {
+	t := p.adaptive
+	if t == nil {
+		return time.Time{}
 	}
 	// Only an answer tells a latency. A call our timeout cut took at least
 	// the timeout, but recorded at the timeout it would let every hang
 	// raise the estimate that decides the next timeout (issue #21): it is
-	// left out, as are failures and calls the caller's deadline ended.
-	if err == nil && !fired {
-		p.adaptive.record(time.Since(start))
+	// counted apart, as a cut, and failures and calls the caller's
+	// deadline ended are left out.
+	answer := err == nil && !fired
+	if scout {
+		now := time.Now()
+		took := now.Sub(start)
+		normal := t.current()
+		if answer {
+			t.record(took)
+		}
+		return t.scouted(normal, took, answer, now)
 	}
+	switch {
+	case answer:
+		t.record(time.Since(start))
+		if dt := t.doubt.Load(); dt != nil && dt.pending.Load() {
+			t.answered(dt)
+		}
+	case fired:
+		t.cut(time.Now())
+	}
+	return time.Time{}
 }

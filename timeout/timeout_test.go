@@ -207,7 +207,7 @@ func BenchmarkDoAdaptive(b *testing.B) {
 		b.ReportAllocs()
 		start := time.Now()
 		for b.Loop() {
-			bridge.TimeoutOf(p).Observe(start, context.DeadlineExceeded, true)
+			bridge.TimeoutOf(p).Observe(start, context.DeadlineExceeded, true, false)
 		}
 	})
 }

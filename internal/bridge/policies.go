@@ -17,9 +17,21 @@ type Timeout struct {
 	NewCause func(d time.Duration) error
 
 	Adaptive bool
-	Current  func() time.Duration                         // adaptive: the timeout now
-	Observe  func(start time.Time, err error, fired bool) // adaptive: feed it a call
-	Min, Max time.Duration                                // adaptive: its bounds
+	Current  func() time.Duration // adaptive: the timeout now
+	// Start returns the timeout of an attempt starting now under ctx:
+	// Current, or, for an attempt that is one of the adaptive timeout's
+	// scouts, its ceiling (scout true: see timeout/scout.go). Only an
+	// attempt that will run calls it: it claims a scout.
+	Start func(ctx context.Context) (d time.Duration, scout bool)
+	// Observe feeds the adaptive timeout an attempt that started at start
+	// and ended with err (fired: this timeout ended it; scout: Start said
+	// so). It returns, when the attempt was a scout that answered slower
+	// than the timeout, when the timeout's doubt began: the attempts it cut
+	// since then were slow answers, not hangs, and the breakers outside
+	// forgive the failures they counted (bridge.BreakerForgive). Else the
+	// zero time.
+	Observe  func(start time.Time, err error, fired, scout bool) (forgive time.Time)
+	Min, Max time.Duration // adaptive: its bounds
 
 	// Declared are the quantiles given with timeout.Latency, by
 	// increasing Q.
@@ -32,14 +44,24 @@ type Quantile struct {
 	Latency time.Duration
 }
 
-// Deadline returns the deadline of a call starting at now, and the timeout
-// behind it.
-func (t *Timeout) Deadline(now time.Time) (time.Time, time.Duration) {
-	d := t.D
-	if t.Adaptive {
-		d = t.Current()
+// Deadline returns the deadline of an attempt starting at now, the
+// timeout behind it, and whether the attempt is the adaptive timeout's
+// scout (see Start): call it only for an attempt that will run.
+func (t *Timeout) Deadline(ctx context.Context, now time.Time) (time.Time, time.Duration, bool) {
+	if !t.Adaptive {
+		return now.Add(t.D), t.D, false
 	}
-	return now.Add(d), d
+	d, scout := t.Start(ctx)
+	return now.Add(d), d, scout
+}
+
+// Planned returns the timeout an attempt starting now would have, without
+// claiming the scout: for planning (a retry's reserve).
+func (t *Timeout) Planned() time.Duration {
+	if t.Adaptive {
+		return t.Current()
+	}
+	return t.D
 }
 
 // CauseOf returns the cause of a context this policy ended after d.
@@ -169,6 +191,21 @@ type Hedge struct {
 	Quantile  float64              // the latency quantile the delay follows (0: fixed)
 	Budget    float64              // hedges per call at most
 }
+
+// lastAttempt marks the context of a retry's last attempt.
+type lastAttempt struct{}
+
+// WithLastAttempt marks ctx as that of a retry's last attempt: no retry
+// follows it, so an adaptive timeout in doubt lets it run to its ceiling
+// (see Timeout.Start). It allocates: a retry calls it on its failure path
+// only.
+func WithLastAttempt(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lastAttempt{}, true)
+}
+
+// IsLastAttempt reports whether ctx is, or is derived from, the context of
+// a retry's last attempt.
+func IsLastAttempt(ctx context.Context) bool { return ctx != nil && ctx.Value(lastAttempt{}) != nil }
 
 // NotSent is the error of an attempt that ended before it was sent, for a
 // reason that is not a refusal (callguard.ErrRejected): its context ended

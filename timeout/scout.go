@@ -1,0 +1,176 @@
+package timeout
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/callguard/callguard/internal/bridge"
+)
+
+// An adaptive timeout learns only from answers, and an attempt it cuts is
+// not an answer: it tells only that the downstream took at least the
+// timeout (a censored observation). When a downstream gets slower than the
+// timeout, every attempt is cut and nothing the timeout sees tells
+// "slower" from "hung". The scout is how it finds out: while it cuts more
+// than its quantile allows (more than 1 − Quantile of the attempts since
+// its first cut), one attempt at a time runs at the ceiling (Max, or the
+// caller's deadline if sooner), and so does the last attempt of a retry
+// outside (cut at the timeout, it would only fail sooner). A scout that answers later than the
+// timeout it would have had says the attempts being cut were slow
+// answers, not hangs: the timeout rises at once to its answer's latency ×
+// Multiplier, and stays at least there for a Window (the floor), while the
+// answers now let through fill the histogram; the chain forgives the
+// breakers outside the failures those cuts counted. A scout that does not
+// answer by the ceiling says they were hangs: the timeout stays where it
+// is, and the cuts keep counting as failures. A scout that answers sooner
+// than the timeout, or fails, tells nothing: the next attempt scouts.
+//
+// The success path pays one atomic load (no cut pending: no scouting).
+
+// doubt is a tracker's state of doubt: the attempts it cut since it last
+// knew them for slow answers or hangs, and its scouts. A tracker makes it
+// at its first cut (a key that never cuts keeps a nil pointer).
+type doubt struct {
+	pending atomic.Bool // cuts > 0: read on every attempt
+
+	mu      sync.Mutex
+	cuts    int64     // attempts cut since the doubt began
+	answers int64     // answers since then
+	since   time.Time // the first of those cuts
+	scouts  int       // scouts out
+	floor   time.Duration
+	until   time.Time // the floor holds until then
+
+	// After a scout that did not answer, the next one waits: rest, from
+	// 100 ms, doubling with each such scout up to the window, and back to
+	// none when a scout answers slow or the doubt clears. A scout that
+	// hangs costs its call its retries; against a downstream where some
+	// answers hang, the doubt never ends and scouts would go out one after
+	// another.
+	rest     time.Duration
+	restTill time.Time
+}
+
+const firstRest = 100 * time.Millisecond
+
+// start returns the timeout of an attempt starting now, and whether it is
+// a scout: the ceiling, then. One attempt at a time is the scout; so is,
+// besides, an attempt that no retry follows (last: a retry outside said
+// so): cut at the timeout, it would only fail sooner.
+func (t *tracker) start(ctx context.Context) (time.Duration, bool) {
+	dt := t.doubt.Load()
+	if dt == nil || !dt.pending.Load() {
+		return t.current(), false
+	}
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	if !t.doubting(dt) {
+		return t.current(), false
+	}
+	if !bridge.IsLastAttempt(ctx) && (dt.scouts > 0 || time.Now().Before(dt.restTill)) {
+		return t.current(), false
+	}
+	dt.scouts++
+	return t.max, true
+}
+
+// doubting reports whether the cuts since the doubt began are more than
+// the quantile allows; the caller holds dt.mu.
+func (t *tracker) doubting(dt *doubt) bool {
+	return dt.cuts > 0 && float64(dt.cuts) > (1-t.q)*float64(dt.cuts+dt.answers)
+}
+
+// cut records an attempt this timeout cut at now.
+func (t *tracker) cut(now time.Time) {
+	dt := t.doubt.Load()
+	if dt == nil {
+		t.doubt.CompareAndSwap(nil, new(doubt))
+		dt = t.doubt.Load()
+	}
+	dt.mu.Lock()
+	if dt.cuts == 0 {
+		dt.since = now
+		dt.pending.Store(true)
+	}
+	dt.cuts++
+	dt.mu.Unlock()
+}
+
+// answered records an answer while in doubt: enough of them and the cuts
+// were the tail the quantile allows.
+func (t *tracker) answered(dt *doubt) {
+	dt.mu.Lock()
+	if dt.cuts > 0 {
+		dt.answers++
+		if !t.doubting(dt) && dt.scouts == 0 {
+			dt.clearLocked()
+		}
+	}
+	dt.mu.Unlock()
+}
+
+// clearLocked ends the doubt; the caller holds dt.mu.
+func (dt *doubt) clearLocked() {
+	dt.cuts, dt.answers, dt.since = 0, 0, time.Time{}
+	dt.pending.Store(false)
+}
+
+// scouted records the end of the scout that started at start, with the
+// timeout it would otherwise have had (normal), after it ran for took: it
+// answered (answer) or not. It returns when the doubt began if the scout
+// showed the cuts since then to be slow answers (the failures they
+// counted are to be forgiven), else the zero time.
+func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time) (forgive time.Time) {
+	dt := t.doubt.Load() // not nil: a scout needs a cut
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	dt.scouts--
+	switch {
+	case answer && took > normal:
+		// Slower than the timeout, but alive: the cut attempts were slow
+		// answers. The timeout rises to this answer's.
+		forgive = dt.since
+		if dt.cuts == 0 {
+			forgive = time.Time{} // nothing was cut meanwhile (the doubt was cleared)
+		}
+		f := t.max
+		if v := float64(took) * t.mult; v < float64(t.max) {
+			f = max(time.Duration(v), t.min)
+		}
+		if f > dt.floor || !now.Before(dt.until) {
+			dt.floor = f
+		}
+		dt.until = now.Add(t.window)
+		if f > t.current() {
+			t.value.Store(int64(f))
+		}
+		dt.clearLocked()
+		dt.rest, dt.restTill = 0, time.Time{}
+	case !answer && took >= normal:
+		// Cut at the ceiling, or by the caller: the cuts were hangs (or
+		// answers too slow to matter). They stay failures, and the next
+		// scout rests.
+		dt.clearLocked()
+		dt.rest = min(max(2*dt.rest, firstRest), max(t.window, firstRest))
+		dt.restTill = now.Add(dt.rest)
+	}
+	// Otherwise it answered within the timeout, or failed sooner: it
+	// tells nothing of the attempts cut, and the next attempt scouts.
+	return forgive
+}
+
+// floorNow returns the floor the last slow scout set, if it still holds.
+func (t *tracker) floorNow(now time.Time) time.Duration {
+	dt := t.doubt.Load()
+	if dt == nil {
+		return 0
+	}
+	dt.mu.Lock()
+	defer dt.mu.Unlock()
+	if now.Before(dt.until) {
+		return dt.floor
+	}
+	return 0
+}
