@@ -178,6 +178,7 @@ const DefaultShortWindow = 10
 //	gradient = max(0.5, min(1, Tolerance·longRtt/shortRtt))
 //	if shortRtt > DeadlineShare·budget { gradient = 0.5 } // a queue that takes the callers' time
 //	estimate = limit·(1−Smoothing) + (limit·gradient + QueueSize)·Smoothing
+//	(the fall's judgement, below, may hold the estimate or restore it)
 //	limit    = max(MinLimit, min(MaxLimit, estimate))
 //
 // where inflight counts the calls in flight at the call's admission,
@@ -189,6 +190,19 @@ const DefaultShortWindow = 10
 // the callers' time, where a cluster of slow answers times out attempts in
 // a row and opens a breaker on a downstream still serving
 // (docs/overload.md).
+//
+// The fall's judgement is not Netflix's either. A round trip that moves
+// with the capacity intact (a longer route, a slower dependency: every
+// call 100 ms later however many are in flight) looks to the gradient
+// like a queue until the long-term average has followed, hundreds of
+// samples later: the limit fell to its floor and refused most calls a
+// healthy downstream would have answered. So a fall on the gradient
+// (not on the deadline's line) holds once the estimate is 0.6 of where it
+// began, for 20 samples: round trips that stayed within 90 % of what they
+// were there did not come from a queue (a queue's round trips fall with the
+// concurrency), and the long-term average takes the short-term one and
+// the estimate goes back where the fall began.
+//
 // With a steady round trip the limit grows by QueueSize·Smoothing (0.8 by
 // default) per sample taken at a limit at least half used. A drop is left
 // out, as in Netflix's Gradient2Limit: a timeout says the call took at
@@ -265,9 +279,69 @@ type gradient2Engine struct {
 	longRtt  float64 // in nanoseconds
 	shortRtt float64 // in nanoseconds; 0 before the first sample
 	warm     int     // samples in longRtt, up to warmupSamples
+	fall     fall    // the limit falling on the long-term round trip
 }
 
+// fall follows a fall of the limit that the long-term round trip decided:
+// from the estimate it fell from, to fallShare of it, then fallSamples
+// samples at that concurrency. A queue that the fall drains answers
+// sooner; round trips that stay as they were say that the round trip
+// itself moved (a longer route, a slower dependency, the same capacity),
+// and the fall was not a queue's: the long-term round trip takes the new
+// one, and the limit goes back to where it fell from.
+type fall struct {
+	on    bool
+	from  float64 // the estimate it fell from
+	probe float64 // the short-term round trip at fallShare of from (0: not there yet)
+	n     int     // samples since
+}
+
+const (
+	fallShare   = 0.6
+	fallSamples = 2 * DefaultShortWindow
+	fallSame    = 0.9 // round trips within this share of the probe's are as they were
+)
+
 func (*gradient2Engine) timed() bool { return true }
+
+// What judgeFall says of a sample.
+const (
+	fallGoes  = iota // the limit moves as Gradient2 says
+	fallHold         // it holds, while the fall's probe runs
+	fallMoved        // the round trip moved: it goes back
+)
+
+// judgeFall follows a fall (see fall) and says what the limit does; the
+// caller holds e.mu.
+func (e *gradient2Engine) judgeFall(gradient float64, late bool, short float64) int {
+	f := &e.fall
+	switch {
+	case gradient >= 1 || late:
+		// Back within tolerance (a queue drained, or the average caught
+		// up), or a round trip the callers cannot wait for: no fall to
+		// judge.
+		*f = fall{}
+		return fallGoes
+	case !f.on:
+		*f = fall{on: true, from: e.estimate}
+		return fallGoes
+	case f.probe == 0:
+		if e.estimate <= fallShare*f.from {
+			f.probe = short
+			return fallHold
+		}
+		return fallGoes
+	}
+	f.n++
+	switch {
+	case f.n < fallSamples:
+		return fallHold
+	case short >= fallSame*f.probe:
+		return fallMoved
+	}
+	*f = fall{} // the round trips fell with the concurrency: a queue
+	return fallGoes
+}
 
 func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop bool) {
 	if drop {
@@ -294,11 +368,18 @@ func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop b
 		return
 	}
 	gradient := max(0.5, min(1, e.s.Tolerance*e.longRtt/short))
-	if budget > 0 && e.s.DeadlineShare > 0 && short > e.s.DeadlineShare*float64(budget) {
+	late := budget > 0 && e.s.DeadlineShare > 0 && short > e.s.DeadlineShare*float64(budget)
+	if late {
 		gradient = 0.5
 	}
 	next := e.estimate*gradient + float64(e.s.QueueSize)
 	next = e.estimate*(1-e.s.Smoothing) + next*e.s.Smoothing
+	switch e.judgeFall(gradient, late, short) {
+	case fallHold:
+		next = e.estimate
+	case fallMoved:
+		e.longRtt, next, e.fall = short, max(e.fall.from, e.estimate), fall{}
+	}
 	e.estimate = max(e.min, min(e.max, next))
 	limit := int64(e.estimate)
 	old := e.c.limit.Swap(limit) // under mu: limits are stored in the order they were computed

@@ -2,6 +2,8 @@ package limit_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,6 +18,12 @@ type model struct {
 	warm                             int
 	share                            float64       // DeadlineShare (0: the line is skipped)
 	budget                           time.Duration // the calls' time left at admission (0: no deadline)
+
+	// the fall's judgement: on a fall, its start's estimate; at 0.6 of
+	// it, the short-term round trip then and the samples since
+	falling     bool
+	from, probe float64
+	sinceProbe  int
 }
 
 func (m *model) sample(rtt time.Duration, inflight int) int {
@@ -39,10 +47,36 @@ func (m *model) sample(rtt time.Duration, inflight int) int {
 		return int(m.estimate)
 	}
 	g := max(0.5, min(1, m.tolerance*m.long/short))
-	if m.budget > 0 && m.share > 0 && short > m.share*float64(m.budget) {
+	late := m.budget > 0 && m.share > 0 && short > m.share*float64(m.budget)
+	if late {
 		g = 0.5
 	}
 	next := m.estimate*0.8 + (m.estimate*g+4)*0.2
+	// The fall's judgement (Gradient2's doc): a fall on the long-term
+	// round trip holds at 0.6 of where it began for 20 samples; round
+	// trips still at 90 % of what they were then, the limit goes back
+	// there and the long-term round trip takes the short-term one.
+	switch {
+	case g >= 1 || late:
+		m.falling, m.probe, m.sinceProbe = false, 0, 0
+	case !m.falling:
+		m.falling, m.from = true, m.estimate
+	case m.probe == 0:
+		if m.estimate <= 0.6*m.from {
+			m.probe, next = short, m.estimate
+		}
+	default:
+		m.sinceProbe++
+		switch {
+		case m.sinceProbe < 20:
+			next = m.estimate
+		case short >= 0.9*m.probe:
+			m.long, next = short, max(m.from, m.estimate)
+			m.falling, m.probe, m.sinceProbe = false, 0, 0
+		default:
+			m.falling, m.probe, m.sinceProbe = false, 0, 0
+		}
+	}
 	m.estimate = max(1, min(200, next))
 	return int(m.estimate)
 }
@@ -115,14 +149,19 @@ func TestGradient2SteadyRTT(t *testing.T) {
 // TestGradient2RTTDoubles: after a warm-up at 10 ms, calls at 20 ms make
 // the gradient Tolerance·longRtt/20ms: with the default tolerance, 1.5,
 // about 0.78, which the QueueSize of 4 nearly offsets at a limit of 20;
-// with a tolerance of 1, about 0.52, and the limit falls.
+// with a tolerance of 1, about 0.52, and the limit falls. It falls to 0.6
+// of where it began and holds there; the round trips staying as they
+// were at that concurrency, the round trip moved rather than queued, and
+// the limit goes back where it began (TestGradient2QueueFalls: a queue's
+// round trips fall with the concurrency, and the limit with them).
 func TestGradient2RTTDoubles(t *testing.T) {
 	for _, tc := range []struct {
 		tolerance float64
-		want      [3]int // after the first, second and third rounds
+		want      [2]int // after the first and second rounds at 20 ms
+		rtt       time.Duration
 	}{
-		{1.5, [3]int{19, 20, 12}}, // the third round at 40 ms: gradient ≈ 0.55
-		{1, [3]int{12, 10, 10}},   // falling toward e = 0.8e + 0.2(e·g + 4), i.e. 4/(1−g) ≈ 9 with g ≈ 0.55
+		{1.5, [2]int{19, 20}, 40 * time.Millisecond}, // then at 40 ms: gradient ≈ 0.55
+		{1, [2]int{12, 11}, 20 * time.Millisecond},
 	} {
 		synctest.Test(t, func(t *testing.T) {
 			l := mustLimiter(t, limit.Settings{Algorithm: limit.Gradient2(limit.Gradient2Settings{Tolerance: tc.tolerance})})
@@ -135,14 +174,63 @@ func TestGradient2RTTDoubles(t *testing.T) {
 			wantLimit(t, l, tc.want[0], "after 20 calls at 20 ms")
 			round(t, l, m, l.Limit(), 20*time.Millisecond)
 			wantLimit(t, l, tc.want[1], "after a second round at 20 ms")
-			rtt := 20 * time.Millisecond
-			if tc.tolerance == 1.5 {
-				rtt = 40 * time.Millisecond
+			from, lowest, rounds := max(l.Limit(), 20), l.Limit(), 0
+			for l.Limit() < from && rounds < 10 {
+				round(t, l, m, l.Limit(), tc.rtt)
+				lowest = min(lowest, l.Limit())
+				rounds++
 			}
-			round(t, l, m, l.Limit(), rtt)
-			wantLimit(t, l, tc.want[2], "after a third round")
+			if l.Limit() < from || 10*lowest < 5*from {
+				t.Errorf("at %v: the limit fell to %d and was %d after %d rounds, want it back to %d, never below half of it", tc.rtt, lowest, l.Limit(), rounds, from)
+			}
 		})
 	}
+}
+
+// TestGradient2QueueFalls: a downstream of 5 workers (10 ms a call), 4
+// callers for 2 s (no queue: the round trip is the service time), then 20:
+// the round trips are a queue's, 20/5 service times at 20 in flight, and
+// fall with the concurrency. The limit falls toward the workers, as
+// before the fall's judgement (12 against 9: the hold at 0.6 of where it
+// fell from lasts 20 samples), the round trips having fallen with the
+// concurrency. (Gradient2's long-term average then takes the queue's
+// round trip as the norm, and the limit grows back: its Tolerance.)
+func TestGradient2QueueFalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLimiter(t, limit.Settings{})
+		const workers, service = 5, 10 * time.Millisecond
+		slots := make(chan struct{}, workers)
+		start := time.Now()
+		var wg sync.WaitGroup
+		lowest := atomic.Int64{}
+		lowest.Store(1000)
+		for i := range 20 {
+			wg.Go(func() {
+				if i >= 4 {
+					time.Sleep(2 * time.Second)
+				}
+				for time.Since(start) < 10*time.Second {
+					err := l.Do(context.Background(), func(context.Context) error {
+						slots <- struct{}{}
+						time.Sleep(service)
+						<-slots
+						return nil
+					})
+					if err != nil {
+						time.Sleep(service)
+					}
+					if time.Since(start) > 2*time.Second {
+						for h := lowest.Load(); int64(l.Limit()) < h && !lowest.CompareAndSwap(h, int64(l.Limit())); h = lowest.Load() {
+						}
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if lw := lowest.Load(); lw > 3*workers {
+			t.Errorf("the limit fell to %d at most once the queue formed, want it near the %d workers (at most %d)", lw, workers, 3*workers)
+		}
+	})
 }
 
 // TestGradient2DeadlineShare: round trips that take more than
