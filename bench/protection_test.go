@@ -55,6 +55,7 @@ type cg struct {
 	initial, max  time.Duration // Exponential backoff
 	budget        float64       // retry budget ratio (0: none)
 	consecutive   int
+	consecFor     time.Duration // the run must last this long (breaker.Settings.ConsecutiveFor)
 	rate          float64
 	open, maxOpen time.Duration
 	probes        int
@@ -167,7 +168,7 @@ func (c cg) stack(seed uint64) (scenario.Stack, error) {
 		ps = append([]chain.Policy{r}, over...)
 	} else {
 		bs := breaker.Settings{
-			ConsecutiveFailures: c.consecutive, FailureRate: c.rate,
+			ConsecutiveFailures: c.consecutive, ConsecutiveFor: c.consecFor, FailureRate: c.rate,
 			OpenTimeout: c.open, MaxOpenTimeout: c.maxOpen, HalfOpenProbes: c.probes, HalfOpenSuccesses: c.successes,
 		}
 		if c.neutralRefusals {
@@ -211,7 +212,9 @@ func (c cg) describe() string {
 	}
 	if !c.breakerless {
 		var rule []string
-		if c.consecutive > 0 {
+		if c.consecutive > 0 && c.consecFor > 0 {
+			rule = append(rule, fmt.Sprintf("%d consecutive over at least %v", c.consecutive, c.consecFor))
+		} else if c.consecutive > 0 {
 			rule = append(rule, fmt.Sprintf("%d consecutive", c.consecutive))
 		}
 		if c.rate > 0 {
@@ -336,18 +339,17 @@ func cgStack(name string, c cg) stackDef {
 // deadline; an adaptive concurrency
 // limit (Gradient2, its defaults: it falls when round trips take half of
 // the callers' time left) inside the retry; the breaker tripping
-// on 10 consecutive failures or 79 % of the attempts (half the requests),
+// on 10 consecutive failures over at least 500 ms (a downstream down or
+// hung, not one that answers some calls: docs/faults.md), no rate rule,
 // leaving the downstream's overload refusals (its queue full:
 // grpcmw.Overloaded, httpmw.Overloaded) to the limit, a short fixed stay,
 // 2 of 3 probes to close; an adaptive attempt timeout following the p99 of
 // the last 5 s of answers.
 var recommended = cg{
 	attempts: preset.DefaultAttempts, initial: 100 * time.Millisecond, max: time.Second, fit: true,
-	// the breaker's own count rule; its rate on attempts set to trip
-	// when half the requests fail (breaker.AttemptFailureRate)
-	consecutive: breaker.DefaultConsecutiveFailures,
-	rate:        breaker.AttemptFailureRate(preset.DefaultRequestFailureRate, preset.DefaultAttempts),
-	limit:       "gradient2", neutralRefusals: true,
+	// the breaker's own count rule, over the preset's span; no rate
+	consecutive: breaker.DefaultConsecutiveFailures, consecFor: preset.DefaultConsecutiveFor,
+	limit: "gradient2", neutralRefusals: true,
 	// as the adapters retry: an overload refusal (ResourceExhausted, 429)
 	// only when it says when, which the model's never do
 	noRefusalRetry: true,
@@ -383,6 +385,12 @@ func stacks() []stackDef {
 		cgStack("cg-p99.9", recommended.with(func(c *cg) { c.quantile = 0 })),
 		cgStack("cg-window60s", recommended.with(func(c *cg) { c.window = 0 })),
 		cgStack("cg-consecutive5", recommended.with(func(c *cg) { c.consecutive = 5 })),
+		// the chain before the do-no-harm rules: a run of 10 opens at
+		// once, and 79 % of the attempts over 10 s (half the requests)
+		cgStack("cg-rate79-at-once", recommended.with(func(c *cg) {
+			c.consecFor, c.rate = 0, breaker.AttemptFailureRate(0.5, preset.DefaultAttempts)
+		})),
+		cgStack("cg-consecutive-at-once", recommended.with(func(c *cg) { c.consecFor = 0 })),
 		cgStack("cg-CG002-breaker-outside", recommended.with(func(c *cg) { c.order = "breaker-outside" })),
 		cgStack("cg-CG001-retry-when-open", recommended.with(func(c *cg) { c.order = "retry-when-open" })),
 		cgStack("cg-CG009-no-attempt-timeout", recommended.with(func(c *cg) { c.attempt = 0 })),
@@ -413,12 +421,14 @@ func mechanisms() []stackDef {
 	return []stackDef{
 		cgStack("cg-no-fit", recommended.with(func(c *cg) { c.fit = false })),
 		cgStack("cg-rate50", recommended.with(func(c *cg) { c.rate = 0.5 })),
-		cgStack("cg-no-rate", recommended.with(func(c *cg) { c.rate = 0 })),
+		cgStack("cg-rate79", recommended.with(func(c *cg) { c.rate = breaker.AttemptFailureRate(0.5, preset.DefaultAttempts) })),
 		cgStack("cg-limit-from50", recommended.with(func(c *cg) { c.initialLimit = 50 })),
 		cgStack("cg-limit-queue", recommended.with(func(c *cg) { c.limitQueue, c.limitWait = 10, 100*time.Millisecond })),
 		cgStack("cg-retry-rejected", recommended.with(func(c *cg) { c.retryRejected = true })),
 		cgStack("cg-share-never", recommended.with(func(c *cg) { c.deadlineShare = -1 })),
-		cgStack("cg-rate-only", recommended.with(func(c *cg) { c.consecutive = 0 })),
+		cgStack("cg-rate-only", recommended.with(func(c *cg) {
+			c.consecutive, c.consecFor, c.rate = 0, 0, breaker.AttemptFailureRate(0.5, preset.DefaultAttempts)
+		})),
 		cgStack("cg-probe-1of3", recommended.with(func(c *cg) { c.successes = 1 })),
 		cgStack("cg-open500ms", recommended.with(func(c *cg) { c.open = 500 * time.Millisecond })),
 		cgStack("cg-outside+rate50", recommended.with(func(c *cg) { c.order, c.rate = "breaker-outside", 0.5 })),

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/status"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -18,27 +19,37 @@ import (
 )
 
 // TestStandard: the preset keeps a recommended chain per method, which
-// retries a declared idempotent method and trips on a failing downstream;
-// a bad setting is an error at construction.
+// retries a declared idempotent method and trips on a downstream that
+// fails every call for the preset's DefaultConsecutiveFor; a bad setting is
+// an error at construction.
 func TestStandard(t *testing.T) {
-	ic, err := grpcmw.Standard(preset.Settings{Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
-		grpcmw.Idempotent(healthpb.Health_Check_FullMethodName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, client := server(t, func(int64, string) testserver.GRPCAnswer {
-		return testserver.GRPCAnswer{Code: codes.Unavailable}
-	}, ic.DialOptions()...)
-	for range 4 {
-		_ = check(context.Background(), client)
-	}
-	snaps := ic.Breakers()
-	if len(snaps) != 1 || snaps[0].Key != healthpb.Health_Check_FullMethodName || snaps[0].State != breaker.StateOpen {
-		t.Errorf("breakers %+v, want the Check method's, open", snaps)
-	}
-	if n := srv.Received.Load(); n != 10 {
-		t.Errorf("the server received %d calls, want 10: 3 attempts a call until 10 in a row trip the breaker", n)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		ic, err := grpcmw.Standard(preset.Settings{Backoff: time.Millisecond, MaxBackoff: time.Millisecond},
+			grpcmw.Idempotent(healthpb.Health_Check_FullMethodName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := testserver.NewGRPCBufconn(always(codes.Unavailable))
+		defer srv.Stop()
+		conn := must(srv.Dial(ic.DialOptions()...))
+		defer conn.Close()
+		client := healthpb.NewHealthClient(conn)
+		// A call every 100 ms, 3 attempts each: the run of failures
+		// begins at 0 and is 10 long by 300 ms; the first failure from
+		// 500 ms on opens the breaker: the first attempt of the sixth
+		// call, the server's 16th.
+		for range 8 {
+			_ = check(context.Background(), client)
+			time.Sleep(100 * time.Millisecond)
+		}
+		snaps := ic.Breakers()
+		if len(snaps) != 1 || snaps[0].Key != healthpb.Health_Check_FullMethodName || snaps[0].State != breaker.StateOpen {
+			t.Errorf("breakers %+v, want the Check method's, open", snaps)
+		}
+		if n := srv.Received.Load(); n != 16 {
+			t.Errorf("the server received %d calls, want 16: 3 attempts a call until 10 in a row over 500ms trip the breaker", n)
+		}
+	})
 	if _, err := grpcmw.Standard(preset.Settings{OpenTimeout: -time.Second}); err == nil || !strings.Contains(err.Error(), "OpenTimeout") {
 		t.Errorf("Standard with OpenTimeout -1s: %v, want an error naming it", err)
 	}

@@ -3,10 +3,11 @@
 // settings tunable and the rest kept:
 //
 //	retry (3 attempts, 100 ms → 1 s, waits fit to the deadline) →
-//	limit (Gradient2) → breaker (10 consecutive failures or 79 % of the
-//	attempts over 10 s — half the requests — open 1 s, 2 of 3 probes to
-//	close, overload refusals left to the limit) → adaptive attempt timeout
-//	(p99 × 1.5 over 5 s, from 300 ms, at most 1 s)
+//	limit (Gradient2) → breaker (10 consecutive failures over at least
+//	500 ms, with no success between: a downstream that is down or hung;
+//	open 1 s, 2 of 3 probes to close, overload refusals left to the
+//	limit) → adaptive attempt timeout (p99 × 1.5 over 5 s, from 300 ms,
+//	at most 1 s)
 //
 // and its hedging variant, with a hedge after the observed p95 and a 10 %
 // retry budget. The adapters' Standard (httpmw.Standard, grpcmw.Standard)
@@ -41,17 +42,18 @@ const (
 	DefaultHalfOpenSuccesses = 2
 	DefaultHedgeDelay        = 100 * time.Millisecond
 	DefaultRetryBudget       = 0.1
-	// DefaultRequestFailureRate is the share of failing requests that
-	// trips the breaker: the breaker's own rate, taken as one of
-	// requests. The breaker, inside the retry, sees attempts: a request
-	// fails when its Attempts attempts all do, so the breaker is given
-	// breaker.AttemptFailureRate(DefaultRequestFailureRate, Attempts) —
-	// 79 % for 3 attempts, 0.79³ ≈ 0.5 — rather than 50 % of attempts,
-	// which trips when an eighth of the requests fail
-	// (docs/protection.md, "The recommended chain"). Its other trip rule
-	// is the breaker's own, breaker.DefaultConsecutiveFailures: what opens
-	// it in 0.1 s when the downstream goes down at once.
-	DefaultRequestFailureRate = breaker.DefaultFailureRate
+	// DefaultConsecutiveFor is how long the breaker's run of
+	// breaker.DefaultConsecutiveFailures failures must last, with no
+	// success between, before it opens: the breaker is for a downstream
+	// that is down or hung, which fails every call for as long as it is;
+	// a downstream that answers some of its calls is neither, and the
+	// retry does better there than a refusal (docs/faults.md). Under
+	// concurrency, ten failures in a row come within milliseconds from a
+	// downstream failing 70 % of its calls; one that answers even one call
+	// in ten answers one within half a second at the loads the retry's
+	// waits leave. There is no rate rule: a rate of failures between
+	// "some" and "all" is what the retry is for.
+	DefaultConsecutiveFor = 500 * time.Millisecond
 	// DefaultMaxKeys is how many hosts or methods the adapters' Standard
 	// keeps a chain for; past it, a keyed set's overflow chain serves the
 	// rest (see httpmw.KeyStats, grpcmw.KeyStats).
@@ -165,7 +167,7 @@ func Chain(s Settings, overloaded func(error) bool) (*chain.Chain, error) {
 	b, err := breaker.New(breaker.Settings{
 		Name:                s.Name,
 		ConsecutiveFailures: breaker.DefaultConsecutiveFailures,
-		FailureRate:         breaker.AttemptFailureRate(DefaultRequestFailureRate, s.Attempts),
+		ConsecutiveFor:      DefaultConsecutiveFor,
 		OpenTimeout:         s.OpenTimeout, HalfOpenSuccesses: s.HalfOpenSuccesses, IsExcluded: overloaded,
 	})
 	if err != nil {

@@ -30,7 +30,7 @@ func TestRecommended(t *testing.T) {
 		t.Errorf("findings %v, want none", fs)
 	}
 	s := c.String()
-	for _, want := range []string{"retry(3, FitDeadline)", "limit(Gradient2", "10 consecutive or 79% of 10s, open 1s, 2 of 3 probes", "timeout(adaptive"} {
+	for _, want := range []string{"retry(3, FitDeadline)", "limit(Gradient2", "10 consecutive over 500ms, open 1s, 2 of 3 probes", "timeout(adaptive"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("chain %s: no %q", s, want)
 		}
@@ -60,7 +60,7 @@ func TestSettingsReachThePolicies(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := c.String()
-	for _, want := range []string{"retry(5, FitDeadline)", "87% of 10s", "open 2s", "catalog"} {
+	for _, want := range []string{"retry(5, FitDeadline)", "10 consecutive over 500ms", "open 2s", "catalog"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("chain %s: no %q", s, want)
 		}
