@@ -191,7 +191,7 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	}
 	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
 	if w != nil {
-		err = w.Judge(err)
+		err = w.Judge(err, 0)
 	}
 	return err
 }
