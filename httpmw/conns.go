@@ -29,7 +29,10 @@ import (
 // Attempts are seen by every Transport over the same base (the base is
 // the pool), never the requests that reach the base without a Transport
 // of this package: connections those hold look like no connection in use.
-// Hosts are named as requests name them (URL.Scheme and URL.Host).
+// A response body its caller never closes holds its connection in
+// net/http's pool, and here, for good (the waits for it stay the
+// client's). Hosts are named as requests name them (URL.Scheme and
+// URL.Host).
 
 // conns is what the Transports over one base see of its connections to
 // each host. It is safe for concurrent use.
