@@ -173,24 +173,34 @@ func OnStateChange(fn func(breaker.StateChange)) Option {
 	})
 }
 
-// JudgeFromHeader judges a unary call's attempt on the downstream's time,
-// from when its header went out, rather than from when it began: an
-// attempt that its deadline cut before it had half its time with the
-// server — because it waited in the client's own transport for stream
-// quota (a server's grpc.MaxConcurrentStreams) or for a connection — is
-// the client's wait. Its error is then an *attempt.Queued (its Error says
-// how long it waited), neutral to the breakers, counted "client_queue" in
+// JudgeFromHeader judges a unary call's attempt on the downstream's time
+// rather than on its whole time: an attempt that its deadline cut before
+// it had half its time on the downstream's side — because it waited in the
+// client's own transport for stream quota (a server's
+// grpc.MaxConcurrentStreams) on a connection that exists — is the
+// client's wait. Its error is then an *attempt.Queued (its Error says how
+// long it waited), neutral to the breakers, counted "client_queue" in
 // callguard.calls. Without it, a server that allows few streams at once
 // and answers within its time opens the breaker: 40 callers on a server
 // allowing one stream, a 50 ms attempt timeout and 30 ms answers
 // (docs/attempts.md).
 //
-// The line is grpc-go's stats.OutHeader event: [Interceptors.DialOptions]
-// adds a stats handler (grpc.WithStatsHandler) that marks it. With that
-// handler on the connection, grpc-go makes its stats events for every call
-// (measured: see docs/attempts.md); an interceptor installed without
-// DialOptions gets the handler from [Interceptors.StatsHandler]. Streams
-// are judged from when they began, as without it.
+// The downstream's time is the time with the server, from when the
+// attempt's header went out (grpc-go's stats.OutHeader), and the time
+// waiting for a connection to be made: grpc-go holds a call while its
+// channel is not READY (CONNECTING, for up to its 20 s connect timeout),
+// until its stats.DelayedPickComplete; an attempt cut before either, on a
+// channel not READY (ClientConn.GetState, read when it fails), spent all
+// its time so. An unreachable server (a dial that hangs, a handshake that
+// never ends) thus opens the breaker as without this option. On a READY
+// channel, a call with no header out waits for stream quota.
+//
+// [Interceptors.DialOptions] adds a stats handler (grpc.WithStatsHandler)
+// that marks both events. With that handler on the connection, grpc-go
+// makes its stats events for every call (measured: see docs/attempts.md);
+// an interceptor installed without DialOptions gets the handler from
+// [Interceptors.StatsHandler]. Streams are judged from when they began, as
+// without it.
 func JudgeFromHeader() Option { return optionFunc(func(c *config) { c.fromHeader = true }) }
 
 // ProbesWaitForReady says whether an attempt made while a breaker of its

@@ -2,6 +2,7 @@ package grpcmw
 
 import (
 	"context"
+	"time"
 
 	"github.com/callguard/callguard"
 	"github.com/callguard/callguard/breaker"
@@ -173,7 +174,8 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	var w *att.Wire
 	if u.cfg.fromHeader {
 		if dl, ok := ctx.Deadline(); ok {
-			// The downstream's time starts when the header goes out.
+			// The downstream's time is the wait for a connection to be
+			// made, and from when the header goes out.
 			w = new(att.Wire)
 			w.Start(dl)
 			ctx = context.WithValue(ctx, wireKey{}, w)
@@ -190,10 +192,24 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 		return retry.Permanent(u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, false))
 	}
 	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
-	if w != nil {
-		err = w.Judge(err)
+	if w != nil && err != nil {
+		err = w.Judge(err, u.making(w))
 	}
 	return err
+}
+
+// making is the time an attempt, judged from its header (JudgeFromHeader)
+// and ended without one, waited for a connection to be made: all its time,
+// if it never got past grpc-go's pick (no DelayedPickComplete) while the
+// channel is not READY (CONNECTING, or TRANSIENT_FAILURE for a call that
+// waits for ready): grpc-go holds the call there until a transport is
+// ready. On a READY channel, a call that has no header out waits for
+// stream quota: the client's wait.
+func (u *unaryCall) making(w *att.Wire) time.Duration {
+	if bare, since := w.Bare(); bare && u.cc != nil && u.cc.GetState() != connectivity.Ready {
+		return since
+	}
+	return 0
 }
 
 // probe reports an attempt made while a breaker of the chain is half-open

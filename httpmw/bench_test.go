@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -106,6 +107,46 @@ func BenchmarkTransport(b *testing.B) {
 				_, _ = io.Copy(io.Discard, resp.Body)
 				_ = resp.Body.Close()
 				cancel()
+			}
+		})
+	}
+}
+
+// BenchmarkPooledTransport is one successful GET over loopback through a
+// Transport whose base is an *http.Transport, with a 1 s attempt timeout:
+// impl=unbounded without MaxConnsPerHost, impl=pooled with it, where each
+// attempt is traced to judge it on the downstream's own time
+// (docs/attempts.md), and impl=pooled-no-timeout with it and no attempt
+// timeout (traced too: the others see the connection it holds). Compare
+// with
+//
+//	benchstat -col /impl out.txt
+func BenchmarkPooledTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }))
+	defer srv.Close()
+	for _, im := range []struct {
+		name      string
+		maxConns  int
+		noTimeout bool
+	}{{"unbounded", 0, false}, {"pooled", 4, false}, {"pooled-no-timeout", 4, true}} {
+		b.Run("impl="+im.name, func(b *testing.B) {
+			base := &http.Transport{MaxConnsPerHost: im.maxConns}
+			defer base.CloseIdleConnections()
+			ps := []chain.Policy{must(breaker.New(breaker.Settings{ConsecutiveFailures: 5}))}
+			if !im.noTimeout {
+				ps = append(ps, must(timeout.New(time.Second)))
+			}
+			c := must(chain.New(ps...))
+			rt := must(httpmw.New(base, c))
+			req := must(http.NewRequest(http.MethodGet, srv.URL, nil))
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := rt.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
 			}
 		})
 	}

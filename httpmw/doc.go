@@ -32,9 +32,14 @@
 // failing answer that may be retried is read into memory (up to
 // [DrainUpTo]) and its connection released at once. Through an
 // *http.Transport with MaxConnsPerHost, an attempt its deadline cut before
-// it had half its time with the server (the rest waiting for a connection
-// of the pool) is the client's wait, neutral to breakers. docs/attempts.md
-// states the invariants.
+// it had half its time on the server's side is the client's wait, neutral
+// to breakers: waiting for a connection of the pool that exists (every
+// slot held by a connection in use) is the client's time; making one (a
+// dial, a TLS handshake, a host that drops SYNs: the time no connection to
+// the host is in use) and the time with it are the server's, so that an
+// unreachable host opens a breaker. Connections held by requests that
+// reach the base without a Transport of this package are not seen.
+// docs/attempts.md states the invariants.
 //
 // A rejection before any attempt was sent — a breaker open
 // (breaker.ErrOpen), or a throttle, a limiter or a bulkhead refusing the

@@ -114,23 +114,28 @@ func (x *exchange) attempt(actx context.Context) (err error) {
 	}
 
 	var w *wire
-	if x.t.pooled {
-		if dl, ok := actx.Deadline(); ok {
-			// The base queues requests for a connection of its own: the
-			// attempt's time with the downstream starts when it has one.
-			w = new(wire)
-			w.Start(dl)
-			w.trace.GotConn = func(httptrace.GotConnInfo) { w.Reached() }
-			if r == x.req {
-				r = r.WithContext(actx)
-			}
-			r = r.WithContext(httptrace.WithClientTrace(r.Context(), &w.trace))
-		}
+	if c := x.t.conns; c != nil {
+		// The base queues requests for a connection of its own: the
+		// attempt's time on the downstream's side is the time making a
+		// connection and with it (see conns). Every attempt is traced, so
+		// that the others see the connection it holds; one with a
+		// deadline is judged.
+		dl, _ := actx.Deadline()
+		w = new(wire)
+		w.start(c, r, dl)
+		r = r.WithContext(httptrace.WithClientTrace(actx, &w.trace)) // r's context is actx
 	}
 	resp, err := x.t.base.RoundTrip(r)
 	cfg := x.t.cfg
-	if err != nil && w != nil {
-		err = w.Judge(err)
+	if w != nil {
+		if err != nil {
+			if _, ok := actx.Deadline(); ok {
+				err = w.judge(err)
+			}
+			w.end()
+		} else {
+			w.keepUntilRead(resp)
+		}
 	}
 	if err != nil {
 		if cfg.failure(nil, err) {
@@ -178,13 +183,6 @@ func (x *exchange) attempt(actx context.Context) (err error) {
 		return retry.Permanent(se)
 	}
 	return permanentUnless(x.mayRetry, se)
-}
-
-// wire is when an attempt through a base with a bounded connection pool
-// got its connection (see attempt.Pooled).
-type wire struct {
-	trace httptrace.ClientTrace
-	attempt.Wire
 }
 
 // keep makes resp, held the answer the caller gets (unless a later one

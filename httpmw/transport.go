@@ -24,9 +24,10 @@ type Transport struct {
 	cfg    *config
 	source keyed.Source[*prepared]
 	tel    *telemetry.T // nil without Metrics and Logger
-	// pooled: the base is an *http.Transport whose connections per host
-	// are bounded, so that a request may wait for one (see attempt.Pooled).
-	pooled bool
+	// conns: the base is an *http.Transport whose connections per host
+	// are bounded, so that a request may wait for one (see conns); nil
+	// otherwise.
+	conns *conns
 }
 
 // prepared is a chain as the transport runs it: what it derives from the
@@ -51,7 +52,7 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 	}
 	t := &Transport{base: base, cfg: cfg}
 	if ht, ok := base.(*http.Transport); ok && ht.MaxConnsPerHost > 0 {
-		t.pooled = true
+		t.conns = connsOf(ht)
 	}
 	tel, err := telemetry.New("httpmw", cfg.client, "server.address", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
 		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })

@@ -167,50 +167,56 @@ func (refusal) Is(target error) bool { return target == callguard.ErrRejected }
 func refuse(s string) error { return breaker.Neutral(retry.Permanent(refusal(s))) }
 
 // Queued is the error of an attempt that its deadline cut while it had
-// spent most of its time in the client's own queue (an HTTP connection
-// pool at its bound) rather than with the downstream: the wait is the
-// client's, and says nothing of the downstream's health. It is neutral to
-// breakers (wrapped in breaker.Neutral by [Pooled]) and unwraps to the
-// attempt's error.
+// spent most of its time in the client's own queue (a slot of an HTTP
+// connection pool at its bound, a gRPC stream quota: a wait for a
+// connection that exists) rather than on the downstream's time (making a
+// connection for it, or with the connection). The wait is the client's,
+// and says nothing of the downstream's health. It is neutral to breakers
+// (wrapped in breaker.Neutral by [Pooled]) and unwraps to the attempt's
+// error.
 type Queued struct {
 	Err    error
 	Waited time.Duration // in the client's queue
-	OnWire time.Duration // with the downstream, before the cut
+	OnWire time.Duration // the downstream's time before the cut: making a connection, or with one
 }
 
 func (e *Queued) Error() string {
-	return fmt.Sprintf("attempt: cut after %v waiting for a connection of the client's own and %v with the downstream: %v", e.Waited, e.OnWire, e.Err)
+	return fmt.Sprintf("attempt: cut after %v waiting for a connection of the client's own and %v on the downstream's time: %v", e.Waited, e.OnWire, e.Err)
 }
 func (e *Queued) Unwrap() error { return e.Err }
 
-// Pooled judges an attempt that began at start with the deadline dl,
-// reached the downstream at wire (zero: never, still in the client's
-// queue) and ended with err at now: if its deadline cut it before it had
-// half its time with the downstream, err is returned as a neutral
-// [*Queued]; otherwise err as it is. The half is the chain's default
-// patience of an attempt timeout: a downstream healthy enough answers
-// within it.
-func Pooled(err error, start, wire, dl, now time.Time) error {
+// Pooled judges an attempt that began at start with the deadline dl and
+// ended with err at now, down of which, up to its deadline, was the
+// downstream's time: making a connection for it (a dial, a handshake, a
+// gRPC channel CONNECTING), or with its connection. The rest was the
+// client's own wait, for a connection that exists (a slot of its pool, a
+// stream quota). If its deadline cut it before it had half its time on the
+// downstream's, err is returned as a neutral [*Queued]; otherwise err as
+// it is. The half is the chain's default patience of an attempt timeout: a
+// downstream healthy enough answers within it.
+func Pooled(err error, start, dl, now time.Time, down time.Duration) error {
 	if err == nil || now.Before(dl) {
 		return err
 	}
-	if wire.IsZero() {
-		wire = now
-	}
-	if onWire, budget := dl.Sub(wire), dl.Sub(start); 2*onWire < budget {
-		return breaker.Neutral(&Queued{Err: err, Waited: wire.Sub(start), OnWire: max(onWire, 0)})
+	budget := dl.Sub(start)
+	down = min(max(down, 0), budget)
+	if 2*down < budget {
+		return breaker.Neutral(&Queued{Err: err, Waited: budget - down, OnWire: down})
 	}
 	return err
 }
 
-// Wire records when an attempt that may wait in the client's own queue
-// reached the downstream (an HTTP request got its connection; a gRPC call's
-// header went out), for [Pooled] to judge it. Reached may be called from
-// any goroutine, Judge after the attempt returned.
+// Wire records an attempt's time on the downstream's side, for [Pooled] to
+// judge it: when it reached the downstream (an HTTP request got its
+// connection; a gRPC call's header went out), and how long it waited
+// before that for a connection to be made (a gRPC pick that waited for a
+// ready transport). Reached and Connected may be called from any
+// goroutine, Judge after the attempt returned.
 type Wire struct {
 	start, deadline time.Time
 	mu              sync.Mutex
 	reached         time.Time // guarded by mu
+	connected       time.Time // guarded by mu
 }
 
 // Start starts w for an attempt whose deadline is dl, now.
@@ -226,14 +232,48 @@ func (w *Wire) Reached() {
 	w.mu.Unlock()
 }
 
+// Connected records that the attempt, which waited from its start for a
+// connection to be made, has one now; only the first call counts. The wait
+// is the downstream's time.
+func (w *Wire) Connected() {
+	w.mu.Lock()
+	if w.connected.IsZero() {
+		w.connected = time.Now()
+	}
+	w.mu.Unlock()
+}
+
+// Bare reports whether neither Reached nor Connected was called, and the
+// time since the attempt started.
+func (w *Wire) Bare() (bool, time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reached.IsZero() && w.connected.IsZero(), time.Since(w.start)
+}
+
 // Judge returns err as the attempt's, by [Pooled]: neutral if its deadline
-// cut it before it had half its time with the downstream.
-func (w *Wire) Judge(err error) error {
+// cut it before it had half its time on the downstream's. That time is
+// what Connected and Reached recorded, or making if larger: what the
+// adapter knows the attempt, still without a connection, spent waiting
+// for one to be made.
+func (w *Wire) Judge(err error, making time.Duration) error {
 	if err == nil {
 		return nil
 	}
+	now := time.Now()
+	end := now // the downstream's time is counted up to the deadline
+	if w.deadline.Before(now) {
+		end = w.deadline
+	}
 	w.mu.Lock()
-	reached := w.reached
+	reached, connected := w.reached, w.connected
 	w.mu.Unlock()
-	return Pooled(err, w.start, reached, w.deadline, time.Now())
+	var down time.Duration
+	if !connected.IsZero() {
+		down = min(connected.Sub(w.start), end.Sub(w.start))
+	}
+	if !reached.IsZero() {
+		down += max(end.Sub(reached), 0)
+	}
+	return Pooled(err, w.start, w.deadline, now, max(down, making))
 }

@@ -115,7 +115,7 @@ func TestWire(t *testing.T) {
 			time.Sleep(onWire / 2)
 			w.Reached() // not the first: ignored
 			time.Sleep(onWire - onWire/2)
-			return w.Judge(cut)
+			return w.Judge(cut, 0)
 		}
 		neutral := func(err error) bool {
 			b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 1})
@@ -130,11 +130,61 @@ func TestWire(t *testing.T) {
 		}
 		var w Wire
 		w.Start(time.Now().Add(time.Second))
-		if err := w.Judge(cut); err != cut {
+		if err := w.Judge(cut, 0); err != cut {
 			t.Errorf("before its deadline: %v, want the error as it is", err)
 		}
-		if w.Judge(nil) != nil {
+		if w.Judge(nil, 0) != nil {
 			t.Error("a success judged a failure")
+		}
+	})
+}
+
+// TestWireConnecting: the time an attempt waited for a connection to be
+// made is the downstream's, with its time on the wire after it: 30 ms
+// connecting, 10 ms for stream quota and 10 ms on the wire make 40 ms of
+// 50 on the downstream's time (the cut is the downstream's); 10 ms
+// connecting, 30 ms for quota and 10 on the wire make 20 (the client's
+// wait). An attempt that the adapter knows spent its whole time without a
+// connection, waiting for one to be made (making), is the downstream's;
+// with making 20 ms of 50, the client's. Virtual time.
+func TestWireConnecting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cut := context.DeadlineExceeded
+		judge := func(connecting, quota, onWire time.Duration) error {
+			var w Wire
+			w.Start(time.Now().Add(connecting + quota + onWire))
+			time.Sleep(connecting)
+			if bare, _ := w.Bare(); !bare {
+				t.Error("Bare: false before Connected")
+			}
+			w.Connected()
+			time.Sleep(quota)
+			w.Reached()
+			time.Sleep(onWire)
+			return w.Judge(cut, 0)
+		}
+		if err := judge(30*time.Millisecond, 10*time.Millisecond, 10*time.Millisecond); err != cut {
+			t.Errorf("30 ms connecting, 10 for quota, 10 on the wire: %v, want the cut as it is", err)
+		}
+		var q *Queued
+		if err := judge(10*time.Millisecond, 30*time.Millisecond, 10*time.Millisecond); !errors.As(err, &q) || q.OnWire != 20*time.Millisecond || q.Waited != 30*time.Millisecond {
+			t.Errorf("10 ms connecting, 30 for quota, 10 on the wire: %v, want a *Queued of 30 ms waited, 20 on the downstream's time", err)
+		}
+		making := func(d time.Duration) error {
+			var w Wire
+			w.Start(time.Now().Add(50 * time.Millisecond))
+			time.Sleep(50 * time.Millisecond)
+			bare, since := w.Bare()
+			if !bare || since != 50*time.Millisecond {
+				t.Errorf("Bare: %t, %v; want true, 50ms", bare, since)
+			}
+			return w.Judge(cut, d)
+		}
+		if err := making(50 * time.Millisecond); err != cut {
+			t.Errorf("50 ms of 50 making a connection: %v, want the cut as it is", err)
+		}
+		if err := making(20 * time.Millisecond); !errors.As(err, new(*Queued)) {
+			t.Errorf("20 ms of 50 making a connection: %v, want a *Queued", err)
 		}
 	})
 }
