@@ -36,8 +36,13 @@ func (l *linter) detection(i int, name string, s breaker.Settings, known bool, t
 	if !known || n == 0 {
 		return // an adapted gobreaker's rules are unknown; a rate rule's window is CG010's
 	}
-	detect := mulSat(n, per)
+	detect := max(mulSat(n, per), s.ConsecutiveFor)
 	if detect <= l.o.MaxDetection {
+		return
+	}
+	if s.ConsecutiveFor >= mulSat(n, per) {
+		l.warn("CG004", "%s trips after %d consecutive failures over at least %v: a hung downstream is detected only after %v, each call holding its caller up to %v meanwhile. Fix: a shorter ConsecutiveFor, for detection within %v.",
+			name, n, s.ConsecutiveFor, s.ConsecutiveFor, per, l.o.MaxDetection)
 		return
 	}
 	held := fmt.Sprintf("the attempt timeout inside it is %v", t)

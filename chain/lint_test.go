@@ -160,6 +160,13 @@ func TestRules(t *testing.T) {
 			numbers: []string{"5 × 3s = 15s at 1 caller"},
 		},
 		{
+			// The run must last 20s: longer than 5 hung attempts take.
+			code:    "CG004",
+			bad:     []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, ConsecutiveFor: 20 * time.Second}), to(200 * time.Millisecond)},
+			good:    []chain.Policy{br(breaker.Settings{ConsecutiveFailures: 5, ConsecutiveFor: 500 * time.Millisecond}), to(200 * time.Millisecond)},
+			numbers: []string{"over at least 20s", "detected only after 20s", "a shorter ConsecutiveFor"},
+		},
+		{
 			// The callers' deadline cuts every hung attempt before it has run
 			// the 5s (half the 10s timeout) that makes a cut attempt a failure.
 			code:    "CG004",
