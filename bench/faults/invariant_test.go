@@ -25,7 +25,38 @@ var boundedCells = []string{
 // with -faults.skip-known (or CALLGUARD_FAULTS_KNOWN_HARM=skip) a listed
 // cell that fails is skipped as known harm. Remove an entry when its
 // cause is fixed.
-var knownHarm = map[string]string{}
+var knownHarm = map[string]string{
+	// Measured failing on the core of 2026-12-07 (docs/faults.md); the
+	// causes are issue 33's.
+	"grpc/latency-100ms":  slower,
+	"http/latency-100ms":  slower,
+	"nginx/latency-100ms": slower,
+	"grpc/shift-x2":       slower,
+	"http/shift-x2":       slower,
+	"grpc/shift-x10":      slower,
+	"http/shift-x10":      slower,
+	"grpc/shift-x100":     slower,
+	"http/shift-x100":     slower,
+	"grpc/jitter":         slower,
+	"http/jitter":         slower,
+	"http/bandwidth":      slower,
+	"nginx/bandwidth":     slower,
+	"http/slicer":         slower,
+	"nginx/slicer":        slower,
+	"http/reset-bursts":   flaky,
+	"nginx/reset-bursts":  flaky,
+	"grpc/limit-data":     flaky,
+	"http/limit-data":     flaky,
+	"http/slow-close":     "cause 3: the breaker opened once on a downstream that only closes its connections late (1,296 refusals in 8 s)",
+	"grpc/outage":         "cause 7: the breaker's 1 s open outlives the outage (first success 1,006 ms after the heal in one bounded run)",
+	"http/one-bad-of-ten": "cause 9: one bad backend of ten opens the per-host breaker for all (1,731 successes against plain's 2,516 in one 2 s run)",
+}
+
+// The causes most cells share.
+const (
+	slower = "cause 1: the adaptive attempt timeout sinks below the slower answers and the breaker opens; cause 7: standard trails plain after the fault"
+	flaky  = "cause 8: a downstream that fails part of its calls, not overloaded: the consecutive rule trips"
+)
 
 func skipKnownHarm() bool { return *skipKnown || os.Getenv(knownHarmEnv) == "skip" }
 

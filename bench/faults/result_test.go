@@ -137,7 +137,14 @@ func (r *cellResult) tolerance(ph int) float64 {
 func (r *cellResult) check() []verdict {
 	std, plain := r.arm(armStandard), r.arm(armPlain)
 	var out []verdict
-	for _, ph := range []int{phaseFault, phaseRecovery} {
+	phs := []int{phaseFault, phaseRecovery}
+	if r.cell.fault.protect {
+		// After a blackhole, an outage or a pause, the recovery's bound is
+		// the first success within recoveryBound: a breaker that opened
+		// cannot see the heal before its next probe.
+		phs = phs[:1]
+	}
+	for _, ph := range phs {
 		s, p := std.ph[ph], plain.ph[ph]
 		sOK, pOK, of := s.ok, p.ok, "of the calls started in it"
 		if ph == phaseRecovery {
