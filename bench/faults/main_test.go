@@ -6,7 +6,7 @@
 // tests the "do no harm" invariant (docs/faults.md):
 //
 //	cd bench && go test ./faults/                        # the bounded matrix, about a minute
-//	cd bench && go test ./faults/ -faults.full -v        # every cell, about 10 minutes
+//	cd bench && go test ./faults/ -faults.full -v        # every cell, about 7 minutes
 //	cd bench && go test ./faults/ -faults.full -faults.write-docs
 //
 // The package is tests only.

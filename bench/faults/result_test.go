@@ -2,6 +2,7 @@ package faults
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -120,18 +121,32 @@ const doNoHarm = 0.98
 // applied to plain's successes, plus plain's successes that ended within
 // the noise's p99 of the deadline (a late wake-up could have cut them),
 // plus one call per caller (the window's end cuts each caller's sequence
-// of calls: one call more or less started in it, whatever the arm).
+// of calls: one call more or less started in it, whatever the arm), plus
+// plain's successes × the largest relative difference between plain's
+// successes and a peer's in the warm-up.
 func (r *cellResult) tolerance(ph int) float64 {
 	p, n := r.arm(armPlain).ph[ph], r.noise[ph]
 	if p.started == 0 {
 		return 0
+	}
+	// The arms' own spread: in the warm-up every arm is healthy, and the
+	// peers (grpc-retry, failsafe) differ from plain by what the run does
+	// to one client and not another; a difference that size in a window
+	// is no evidence of harm.
+	var spread float64
+	if w := r.arm(armPlain).ph[phaseWarm].ok; w > 0 {
+		for _, a := range r.arms {
+			if a.name != armStandard && a.name != armPlain {
+				spread = max(spread, math.Abs(float64(a.ph[phaseWarm].ok-w))/float64(w))
+			}
+		}
 	}
 	cycle := float64(r.windows[ph]) * callers / float64(p.started)
 	near := len(p.okDur) - func() int {
 		i, _ := slices.BinarySearch(p.okDur, deadline-n.P99)
 		return i
 	}()
-	return float64(p.ok)*min(1, float64(n.P50)/cycle) + float64(near) + callers
+	return float64(p.ok)*(min(1, float64(n.P50)/cycle)+spread) + float64(near) + callers
 }
 
 func (r *cellResult) check() []verdict {
