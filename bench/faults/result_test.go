@@ -1,0 +1,230 @@
+package faults
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/callguard/callguard/internal/scenario"
+)
+
+// phaseStats are an arm's calls that started in one phase.
+type phaseStats struct {
+	started, ok, open, rejected int
+	p50, p99                    time.Duration // of the successful calls
+	failP50                     time.Duration // of the others
+	okDur                       []time.Duration
+}
+
+// armResult is one arm of a cell.
+type armResult struct {
+	name     string
+	ph       [phases]phaseStats
+	received [phases]int64 // attempts the server received, by the phase their call started in
+	opens    [phases]int   // breaker opens, by the phase they happened in
+	firstOK  time.Duration // from the heal to the first success that ended after it; -1: none
+	// recovered is the successes that ended in the recovery window,
+	// whenever they started: a call that started during the fault and
+	// succeeded after the heal counts, as it kept its caller busy.
+	recovered int
+}
+
+// cellResult is a cell's measurements and the invariant's verdicts.
+type cellResult struct {
+	cell     cell
+	note     string
+	healthy  time.Duration
+	windows  [phases]time.Duration // how long each phase lasted
+	noise    [phases]scenario.Noise
+	spread   time.Duration
+	arms     []armResult
+	verdicts []verdict
+}
+
+// verdict is one check of the invariant.
+type verdict struct {
+	what, detail string
+	held         bool
+}
+
+func summarize(c cell, run *cellRun) *cellResult {
+	r := &cellResult{cell: c, note: run.env.note, healthy: run.healthy, noise: run.noise, spread: run.env.spread}
+	r.windows = [phases]time.Duration{run.fault, run.heal - run.fault, run.end - run.heal}
+	for i, name := range armsOf(c.proto) {
+		a := armResult{name: name, firstOK: -1}
+		if i < len(run.received) {
+			a.received = run.received[i]
+		}
+		var fails [phases][]time.Duration
+		for _, k := range run.calls[i] {
+			p := &a.ph[k.phase]
+			p.started++
+			d := k.end - k.start
+			switch k.how {
+			case endOK:
+				p.ok++
+				p.okDur = append(p.okDur, d)
+				if k.end >= run.heal && (a.firstOK < 0 || k.end-run.heal < a.firstOK) {
+					a.firstOK = k.end - run.heal
+				}
+				if k.end >= run.heal && k.end < run.end {
+					a.recovered++
+				}
+				continue
+			case endOpen:
+				p.open++
+			case endRejected:
+				p.rejected++
+			}
+			fails[k.phase] = append(fails[k.phase], d)
+		}
+		for ph := range a.ph {
+			p := &a.ph[ph]
+			slices.Sort(p.okDur)
+			slices.Sort(fails[ph])
+			p.p50, p.p99, p.failP50 = quantile(p.okDur, 0.5), quantile(p.okDur, 0.99), quantile(fails[ph], 0.5)
+		}
+		for _, at := range run.opens[i] {
+			switch {
+			case at < run.fault:
+				a.opens[phaseWarm]++
+			case at < run.heal:
+				a.opens[phaseFault]++
+			default:
+				a.opens[phaseRecovery]++
+			}
+		}
+		r.arms = append(r.arms, a)
+	}
+	r.verdicts = r.check()
+	return r
+}
+
+func (r *cellResult) arm(name string) *armResult {
+	for i := range r.arms {
+		if r.arms[i].name == name {
+			return &r.arms[i]
+		}
+	}
+	return nil
+}
+
+// The invariant: standard succeeds at least doNoHarm times as often as
+// plain, less the noise's tolerance, in the fault and in the recovery.
+const doNoHarm = 0.98
+
+// tolerance is the successes of plain in phase ph that the run's
+// scheduling noise could take from one arm and not the other: the share
+// of plain's mean call cycle (the phase's length × callers ÷ the calls
+// it started) that the noise's median lateness adds to every call,
+// applied to plain's successes, plus plain's successes that ended within
+// the noise's p99 of the deadline (a late wake-up could have cut them),
+// plus one call per caller (the window's end cuts each caller's sequence
+// of calls: one call more or less started in it, whatever the arm), plus
+// plain's successes × the largest relative difference between plain's
+// successes and a peer's in the warm-up.
+func (r *cellResult) tolerance(ph int) float64 {
+	p, n := r.arm(armPlain).ph[ph], r.noise[ph]
+	if p.started == 0 {
+		return 0
+	}
+	// The arms' own spread: in the warm-up every arm is healthy, and the
+	// peers (grpc-retry, failsafe) differ from plain by what the run does
+	// to one client and not another; a difference that size in a window
+	// is no evidence of harm.
+	var spread float64
+	if w := r.arm(armPlain).ph[phaseWarm].ok; w > 0 {
+		for _, a := range r.arms {
+			if a.name != armStandard && a.name != armPlain {
+				spread = max(spread, math.Abs(float64(a.ph[phaseWarm].ok-w))/float64(w))
+			}
+		}
+	}
+	cycle := float64(r.windows[ph]) * callers / float64(p.started)
+	near := len(p.okDur) - func() int {
+		i, _ := slices.BinarySearch(p.okDur, deadline-n.P99)
+		return i
+	}()
+	return float64(p.ok)*(min(1, float64(n.P50)/cycle)+spread) + float64(near) + callers
+}
+
+func (r *cellResult) check() []verdict {
+	std, plain := r.arm(armStandard), r.arm(armPlain)
+	var out []verdict
+	phs := []int{phaseFault, phaseRecovery}
+	if r.cell.fault.protect {
+		// After a blackhole, an outage or a pause, the recovery's bound is
+		// the first success within recoveryBound: a breaker that opened
+		// cannot see the heal before its next probe.
+		phs = phs[:1]
+	}
+	for _, ph := range phs {
+		s, p := std.ph[ph], plain.ph[ph]
+		sOK, pOK, of := s.ok, p.ok, "of the calls started in it"
+		if ph == phaseRecovery {
+			sOK, pOK, of = std.recovered, plain.recovered, "ended in it"
+		}
+		if pOK == 0 {
+			continue // plain does not succeed: nothing to hold to
+		}
+		tol := r.tolerance(ph)
+		need := doNoHarm*float64(pOK) - tol
+		out = append(out, verdict{
+			what:   "do no harm, " + phaseNames[ph],
+			held:   float64(sOK) >= need,
+			detail: fmt.Sprintf("successes %s: standard %d, plain %d: needs ≥ %.0f (%.2f × %d − noise tolerance %.1f)", of, sOK, pOK, need, doNoHarm, pOK, tol),
+		})
+	}
+	if r.cell.fault.protect {
+		s, p := std.received[phaseFault], plain.received[phaseFault]
+		out = append(out, verdict{
+			what:   "no more calls to the server than plain",
+			held:   s <= p,
+			detail: fmt.Sprintf("the server received %d attempts of standard's calls started during the fault, %d of plain's", s, p),
+		})
+		out = append(out, verdict{
+			what:   fmt.Sprintf("first success within %v of the heal", recoveryBound),
+			held:   std.firstOK >= 0 && std.firstOK <= recoveryBound,
+			detail: fmt.Sprintf("standard %s, plain %s", firstOK(std.firstOK), firstOK(plain.firstOK)),
+		})
+	}
+	if r.cell.fault.failFast {
+		s := std.ph[phaseFault]
+		failed := s.started - s.ok
+		out = append(out, verdict{
+			what:   fmt.Sprintf("fail fast (median failed call ≤ %v)", failFastBound),
+			held:   failed == 0 || s.failP50 <= failFastBound,
+			detail: fmt.Sprintf("standard's %d failed calls: median %v; plain's: %v", failed, ms(s.failP50), ms(plain.ph[phaseFault].failP50)),
+		})
+	}
+	return out
+}
+
+var phaseNames = [phases]string{"warm-up", "fault", "recovery"}
+
+// failures are the verdicts that did not hold, each with its numbers.
+func (r *cellResult) failures() []string {
+	var out []string
+	for _, v := range r.verdicts {
+		if !v.held {
+			out = append(out, fmt.Sprintf("%s: %s: %s", r.cell.name(), v.what, v.detail))
+		}
+	}
+	return out
+}
+
+func firstOK(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return ms(d)
+}
+
+// ms prints d in milliseconds, to a tenth below 10 ms.
+func ms(d time.Duration) string {
+	if d < 10*time.Millisecond {
+		return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%d ms", d.Round(time.Millisecond).Milliseconds())
+}
