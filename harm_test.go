@@ -281,3 +281,32 @@ func TestNoHarmOneBadBackend(t *testing.T) {
 	t.Logf("\n%v\n%v", plain, standard)
 	noHarm(t, "one bad backend of ten", 1, plain, standard, 0.98)
 }
+
+// TestNoHarmWhenTheClientStalls: no fault at the downstream, but the
+// client's own host stalls for 250 ms every 2 s (another process took its
+// cores): an answer due during a stall is seen only at its end. Every
+// attempt in flight ends late at once, and an attempt timeout sunk to its
+// floor cuts them together; a breaker that counted them as a run of ten
+// opened on a healthy server (issue: 3 opens in 8 s over real sockets,
+// the host loaded by other work).
+func TestNoHarmWhenTheClientStalls(t *testing.T) {
+	const every, stall = 2 * time.Second, 250 * time.Millisecond
+	h := harmRun{callers: 20, deadline: time.Second, warm: 3 * time.Second, fault: 8 * time.Second, after: time.Second,
+		backends: 1, seed: 4,
+		answer: func(since time.Duration, _ int, rng *rand.Rand) (time.Duration, int) {
+			d := around(2*time.Millisecond, rng)
+			if since < 3*time.Second || since >= 11*time.Second {
+				return d, http.StatusOK
+			}
+			if at := (since + d) % every; at < stall {
+				d += stall - at // seen when the stall ends
+			}
+			return d, http.StatusOK
+		}}
+	plain, standard := h.run(t)
+	t.Logf("\n%v\n%v", plain, standard)
+	noHarm(t, "the client's host stalling", 1, plain, standard, 0.98)
+	if standard.refused[1] > 0 {
+		t.Errorf("the breaker refused %d requests to a healthy downstream, want none", standard.refused[1])
+	}
+}
