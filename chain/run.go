@@ -13,17 +13,28 @@ import (
 	"github.com/callguard/callguard/timeout"
 )
 
-// frame is the state a call carries down the chain: the soonest deadline of
-// the timeouts passed so far, not yet turned into a context.
+// frame is the state a call carries down the chain: the context the chain
+// was called with, and the soonest deadline of the timeouts passed so far,
+// not yet turned into a context.
 type frame struct {
+	// caller is the context Do was called with, whose deadline is the
+	// caller's (see internal/deadline), whatever contexts the steps make
+	// for their attempts.
+	caller   context.Context
 	deadline time.Time
 	timeout  time.Duration // the timeout that set deadline
 	owner    int           // the step that set it, or -1
-	hold     bool          // under doHolding: attempt contexts may be held
 	deferred *deferred.Set // breakers hand the permits of successes here
+	hold     bool          // under doHolding: attempt contexts may be held
 	// hoisted: a hedge step made the attempt's context (see hedgeStep.hoist),
 	// whose deadline is that of the attempt timeouts inside it.
 	hoisted bool
+}
+
+// fresh is f for what runs inside a step that made its pending deadline a
+// context: no deadline pending, the call and its caller the same.
+func (f frame) fresh() frame {
+	return frame{caller: f.caller, owner: -1, hold: f.hold, deferred: f.deferred}
 }
 
 // Each kind of step has a function of its own, and each step knows the
@@ -166,7 +177,7 @@ func (c *Chain) runFallback(ctx context.Context, i int, f frame, call func(conte
 		// The fallback runs within the timeouts around it: make their
 		// deadline a context first, as for an opaque policy.
 		return c.runCall(ctx, i, f, func(ctx context.Context) error {
-			return c.fallback(ctx, i, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+			return c.fallback(ctx, i, f.fresh(), call)
 		})
 	}
 	return c.fallback(ctx, i, f, call)
@@ -179,12 +190,12 @@ func (c *Chain) runOpaque(ctx context.Context, i int, f frame, call func(context
 	if f.owner >= 0 {
 		return c.runCall(ctx, i, f, func(ctx context.Context) error {
 			return s.p.Do(ctx, func(ctx context.Context) error {
-				return s.next(c, ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+				return s.next(c, ctx, i+1, f.fresh(), call)
 			})
 		})
 	}
 	return s.p.Do(ctx, func(ctx context.Context) error {
-		return s.next(c, ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+		return s.next(c, ctx, i+1, f.fresh(), call)
 	})
 }
 
