@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/hedge"
@@ -124,6 +125,34 @@ func TestLimitReadsTheCallersDeadline(t *testing.T) {
 			}
 			if judged.limit > 16 {
 				t.Errorf("callers with a 110ms deadline: limit 32 → %d; want it to fall to 16 or below (60 ms answers take more than half their time)", judged.limit)
+			}
+		})
+	}
+}
+
+// TestHoistedTimeoutIsNotTheCallersEnd: an attempt that its own attempt
+// timeout ends counts as a failure to a breaker between a hedge and that
+// timeout, as without the hedge, also when it had not yet run the
+// timeout's patience (a declared p99 above the timeout, which the lint
+// warns of: CG003). The hedge made the attempt's context with the
+// timeout's deadline; the breaker read that context's end as the
+// caller's, and three hung attempts left it closed.
+func TestHoistedTimeoutIsNotTheCallersEnd(t *testing.T) {
+	for _, hedged := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			b := mustNew(breaker.New(breaker.Settings{ConsecutiveFailures: 3}))
+			ps := []chain.Policy{b, mustNew(timeout.New(10*time.Millisecond, timeout.Latency(0.99, 20*time.Millisecond)))}
+			if hedged {
+				ps = append([]chain.Policy{mustNew(hedge.New(hedge.Settings{Delay: time.Hour}))}, ps...)
+			}
+			c := mustNew(chain.New(ps...))
+			for range 3 {
+				if err := c.Do(context.Background(), hang); !timeout.Expired(err) {
+					t.Fatalf("hedged %v: Do = %v; want the attempt timeout", hedged, err)
+				}
+			}
+			if cn := b.Counts(); b.State() != breaker.StateOpen {
+				t.Errorf("hedged %v: after three attempts cut by their 10ms attempt timeout, breaker %v with %+v; want open, as without the hedge", hedged, b.State(), cn)
 			}
 		})
 	}

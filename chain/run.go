@@ -237,7 +237,7 @@ func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.C
 		return call(ctx)
 	}
 	if f.hoisted {
-		return attemptError(ctx, c.steps[f.owner].tx.CauseOf(f.timeout), f, call(ctx))
+		return hoistedError(ctx, c.steps[f.owner].tx.CauseOf(f.timeout), f, call(ctx))
 	}
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)
@@ -259,10 +259,37 @@ func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.C
 // deadline passed with the context still alive: the downstream may report
 // the deadline it was sent before our timer fires.
 func attemptError(actx context.Context, cause error, f frame, err error) error {
-	if err != nil && (context.Cause(actx) == cause || actx.Err() == nil && !time.Now().Before(f.deadline)) {
+	if expired(actx, cause, f, err) {
 		return &timeout.Error{Timeout: f.timeout, Err: err}
 	}
 	return err
+}
+
+// expired reports an attempt that the fused deadline ended (see
+// attemptError).
+func expired(actx context.Context, cause error, f frame, err error) bool {
+	return err != nil && (context.Cause(actx) == cause || actx.Err() == nil && !time.Now().Before(f.deadline))
+}
+
+// hoistedError is attemptError for an attempt whose context a hedge made
+// with the deadline of the attempt timeout inside it (see hedgeStep.hoist):
+// the context the breakers, throttles and limits between them admitted the
+// attempt with. An attempt that timeout ended is the downstream's answer
+// to them, as it is without the hedge, not their caller's end, which is
+// what the end of that context would otherwise say (see internal/deadline):
+// it is marked a failure (breaker.Failure), unless an adapter has already
+// marked it.
+//
+//go:noinline
+func hoistedError(actx context.Context, cause error, f frame, err error) error {
+	if !expired(actx, cause, f, err) {
+		return err
+	}
+	te := &timeout.Error{Timeout: f.timeout, Err: err}
+	if bridge.BreakerMarked(err) {
+		return te
+	}
+	return breaker.Failure(te)
 }
 
 var errPanicked = errors.New("chain: call panicked")

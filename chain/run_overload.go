@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
-	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
-	"github.com/callguard/callguard/timeout"
 )
 
 // runHedge runs the hedge step i: the first attempt on the caller's
@@ -146,15 +144,9 @@ func gated[P interface {
 	}()
 	err := c.steps[i].next(c, ctx, i+1, f, call)
 	finished = true
-	switch {
-	case outerCut(i, f, err):
+	if outerCut(i, f, err) {
 		p.DoneNeutral()
-	case f.hoisted && timeout.Expired(err) && !bridge.BreakerMarked(err):
-		// The attempt timeout inside the step ended it, through the
-		// context a hedge outside made for it (see hedgeStep.hoist): the
-		// downstream's answer, though the step's context has ended.
-		p.Done(breaker.Failure(err))
-	default:
+	} else {
 		p.Done(err)
 	}
 	return err

@@ -29,7 +29,11 @@
 //     set it: the one that cut the attempt.
 //   - A breaker, a throttle and a limit tell the caller's end (or that of
 //     a timeout outside them) from the downstream's answer by the end of
-//     the context they admitted the attempt with ([Ended]).
+//     the context they admitted the attempt with ([Ended]). When that
+//     context is one a hedge made with the attempt timeout inside them,
+//     the chain marks an attempt that timeout ended as the downstream's
+//     failure (breaker.Failure) before it reports it to them, so that none
+//     reads it as the caller's end.
 //   - The lint's caller is chain.Options.CallerDeadline, a duration
 //     declared at construction.
 package deadline
