@@ -3,6 +3,7 @@ package chain_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -13,6 +14,7 @@ import (
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 )
 
@@ -155,5 +157,76 @@ func TestHoistedTimeoutIsNotTheCallersEnd(t *testing.T) {
 				t.Errorf("hedged %v: after three attempts cut by their 10ms attempt timeout, breaker %v with %+v; want open, as without the hedge", hedged, b.State(), cn)
 			}
 		})
+	}
+}
+
+// TestRetryWaitsForTheCallersDeadline: a retry inside a hedge plans its
+// waits (FitDeadline) against the caller's deadline, never against the
+// attempt timeout inside it (the chain hoists no timeout past a retry).
+// Three attempts that fail at once, 60 ms waits, a 100 ms attempt
+// timeout: without a caller's deadline, the waits are kept (the third
+// attempt at 120 ms); with 150 ms left, the first wait is shortened to 50
+// ms and the second to none, so that each attempt has its 100 ms.
+func TestRetryWaitsForTheCallersDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		callerDeadline time.Duration
+		want           time.Duration
+	}{
+		{"no caller deadline", 0, 120 * time.Millisecond},
+		{"150ms caller deadline", 150 * time.Millisecond, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := mustNew(retry.New(retry.MaxAttempts(3), retry.Constant(60*time.Millisecond), retry.Jitter(0), retry.FitDeadline()))
+				c := mustNew(chain.New(never(), r, mustNew(timeout.New(100*time.Millisecond))))
+				ctx := context.Background()
+				if tc.callerDeadline > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.callerDeadline)
+					defer cancel()
+				}
+				start := time.Now()
+				var attempts int
+				var last time.Duration
+				err := c.Do(ctx, func(context.Context) error {
+					attempts++
+					last = time.Since(start)
+					return errDown
+				})
+				var ex *retry.ExhaustedError
+				if !errors.As(err, &ex) || ex.Reason != retry.ReasonAttempts || attempts != 3 || last != tc.want {
+					t.Errorf("Do = %v; %d attempts, the last at %v; want 3 attempts used up, the last at %v", err, attempts, last, tc.want)
+				}
+			})
+		})
+	}
+}
+
+// TestLintCallerIsDeclared: the lint's caller's deadline is
+// Options.CallerDeadline; a hedge that makes the attempts' contexts with
+// the attempt timeout inside a breaker does not make that timeout a
+// deadline outside the breaker: CG004 says the same with and without the
+// hedge.
+func TestLintCallerIsDeclared(t *testing.T) {
+	for _, callerDeadline := range []time.Duration{0, 40 * time.Millisecond, time.Second} {
+		cg004 := func(hedged bool) []string {
+			ps := []chain.Policy{mustNew(breaker.New(breaker.Settings{ConsecutiveFailures: 5})), mustNew(timeout.New(100 * time.Millisecond))}
+			if hedged {
+				ps = append([]chain.Policy{never()}, ps...)
+			}
+			c := mustNew(chain.Options{CallerDeadline: callerDeadline, MaxDetection: 100 * time.Millisecond}.New(ps...))
+			var got []string
+			for _, f := range c.Findings() {
+				if f.Code == "CG004" {
+					got = append(got, f.Message)
+				}
+			}
+			return got
+		}
+		plain, hedged := cg004(false), cg004(true)
+		if len(plain) != 1 || !slices.Equal(plain, hedged) {
+			t.Errorf("CallerDeadline %v: CG004 %q without a hedge, %q with; want one finding, the same", callerDeadline, plain, hedged)
+		}
 	}
 }
