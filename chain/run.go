@@ -257,7 +257,10 @@ func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.C
 // timeout. It is ours if our timer ended the context (even if the caller's
 // context has ended since, while the call ignored ours), or if its
 // deadline passed with the context still alive: the downstream may report
-// the deadline it was sent before our timer fires.
+// the deadline it was sent before our timer fires. (Not inlined: runCall's
+// stack frame, which is on the stack while the call runs, stays small.)
+//
+//go:noinline
 func attemptError(actx context.Context, cause error, f frame, err error) error {
 	if expired(actx, cause, f, err) {
 		return &timeout.Error{Timeout: f.timeout, Err: err}

@@ -136,6 +136,7 @@ func New(s Settings) (*Limiter, error) {
 		return nil, err
 	}
 	l := &Limiter{s: s, isDrop: s.IsDrop}
+	l.c.lim = l
 	if l.isDrop == nil {
 		l.isDrop = IsDrop
 	}
@@ -158,19 +159,30 @@ func (l *Limiter) Settings() Settings { return l.s }
 // or the call waited MaxWait, and ctx's error if ctx ended while the call
 // waited. A nil ctx never ends.
 func (l *Limiter) Acquire(ctx context.Context) (Permit, error) {
-	return l.acquire(ctx, ctx)
+	n, err := l.c.acquire(ctx)
+	if err != nil {
+		return Permit{}, err
+	}
+	p := Permit{c: &l.c, ctx: ctx, inflight: n}
+	if l.timed {
+		p.start = time.Now()
+		p.budget = deadline.Left(ctx, p.start)
+	}
+	return p, nil
 }
 
 // acquire is Acquire for a call that waits, and ends, with ctx, and whose
 // caller's deadline is caller's (see internal/deadline): a chain passes
 // the context it was called with, which differs from ctx when a policy
-// outside the limit made the attempt a context of its own.
+// outside the limit made the attempt a context of its own. Acquire does
+// not call it, nor share a helper with it: a call more, returning a
+// Permit, cost Acquire 11 ns (BenchmarkLimiterAIMD/serial, 33 → 44 ns).
 func (l *Limiter) acquire(ctx, caller context.Context) (Permit, error) {
 	n, err := l.c.acquire(ctx)
 	if err != nil {
 		return Permit{}, err
 	}
-	p := Permit{c: &l.c, l: l, ctx: ctx, inflight: n}
+	p := Permit{c: &l.c, ctx: ctx, inflight: n}
 	if l.timed {
 		p.start = time.Now()
 		p.budget = deadline.Left(caller, p.start)
@@ -230,8 +242,7 @@ func (l *Limiter) rtt(p *Permit) time.Duration {
 // exactly once, from any goroutine: a second release frees a slot another
 // call holds. The zero Permit's methods do nothing.
 type Permit struct {
-	c        *core
-	l        *Limiter // nil for a Bulkhead
+	c        *core // its limiter's, whose lim it is, or its bulkhead's
 	ctx      context.Context
 	start    time.Time
 	budget   time.Duration // the caller's time left at admission, if the algorithm reads it (0: no deadline)
@@ -243,9 +254,10 @@ type Permit struct {
 // Settings.IsDrop).
 func (p Permit) Done(err error) {
 	switch {
-	case p.l != nil:
-		p.l.done(&p, err)
-	case p.c != nil:
+	case p.c == nil:
+	case p.c.lim != nil:
+		p.c.lim.done(&p, err)
+	default:
 		p.c.release()
 	}
 }
