@@ -368,7 +368,7 @@ func (c *Chain) Do(ctx context.Context, call func(context.Context) error) error 
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
-	return c.first(c, ctx, 0, frame{owner: -1}, call)
+	return c.first(c, ctx, 0, frame{caller: ctx, owner: -1}, call)
 }
 
 // doHolding is Do under hold.WithHolder: call may keep its attempt context
@@ -382,10 +382,11 @@ func (c *Chain) doHolding(ctx context.Context, call func(context.Context) error)
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
+	caller := ctx
 	if c.opaque {
 		ctx = hold.WithHolder(ctx)
 	}
-	return c.first(c, ctx, 0, frame{owner: -1, hold: true}, call)
+	return c.first(c, ctx, 0, frame{caller: caller, owner: -1, hold: true}, call)
 }
 
 func init() {
@@ -407,8 +408,9 @@ func (c *Chain) doDeferred(ctx context.Context, set *deferred.Set, call func(con
 	if c == nil || len(c.steps) == 0 {
 		return call(ctx)
 	}
+	caller := ctx
 	if c.opaque {
 		ctx = hold.WithHolder(ctx)
 	}
-	return c.first(c, ctx, 0, frame{owner: -1, hold: true, deferred: set}, call)
+	return c.first(c, ctx, 0, frame{caller: caller, owner: -1, hold: true, deferred: set}, call)
 }

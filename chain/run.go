@@ -13,17 +13,28 @@ import (
 	"github.com/callguard/callguard/timeout"
 )
 
-// frame is the state a call carries down the chain: the soonest deadline of
-// the timeouts passed so far, not yet turned into a context.
+// frame is the state a call carries down the chain: the context the chain
+// was called with, and the soonest deadline of the timeouts passed so far,
+// not yet turned into a context.
 type frame struct {
+	// caller is the context Do was called with, whose deadline is the
+	// caller's (see internal/deadline), whatever contexts the steps make
+	// for their attempts.
+	caller   context.Context
 	deadline time.Time
 	timeout  time.Duration // the timeout that set deadline
 	owner    int           // the step that set it, or -1
-	hold     bool          // under doHolding: attempt contexts may be held
 	deferred *deferred.Set // breakers hand the permits of successes here
+	hold     bool          // under doHolding: attempt contexts may be held
 	// hoisted: a hedge step made the attempt's context (see hedgeStep.hoist),
 	// whose deadline is that of the attempt timeouts inside it.
 	hoisted bool
+}
+
+// fresh is f for what runs inside a step that made its pending deadline a
+// context: no deadline pending, the call and its caller the same.
+func (f frame) fresh() frame {
+	return frame{caller: f.caller, owner: -1, hold: f.hold, deferred: f.deferred}
 }
 
 // Each kind of step has a function of its own, and each step knows the
@@ -180,7 +191,7 @@ func (c *Chain) runFallback(ctx context.Context, i int, f frame, call func(conte
 		// The fallback runs within the timeouts around it: make their
 		// deadline a context first, as for an opaque policy.
 		return c.runCall(ctx, i, f, func(ctx context.Context) error {
-			return c.fallback(ctx, i, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+			return c.fallback(ctx, i, f.fresh(), call)
 		})
 	}
 	return c.fallback(ctx, i, f, call)
@@ -193,12 +204,12 @@ func (c *Chain) runOpaque(ctx context.Context, i int, f frame, call func(context
 	if f.owner >= 0 {
 		return c.runCall(ctx, i, f, func(ctx context.Context) error {
 			return s.p.Do(ctx, func(ctx context.Context) error {
-				return s.next(c, ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+				return s.next(c, ctx, i+1, f.fresh(), call)
 			})
 		})
 	}
 	return s.p.Do(ctx, func(ctx context.Context) error {
-		return s.next(c, ctx, i+1, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+		return s.next(c, ctx, i+1, f.fresh(), call)
 	})
 }
 
@@ -240,7 +251,7 @@ func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.C
 		return call(ctx)
 	}
 	if f.hoisted {
-		return attemptError(ctx, c.steps[f.owner].tx.CauseOf(f.timeout), f, call(ctx))
+		return hoistedError(ctx, c.steps[f.owner].tx.CauseOf(f.timeout), f, call(ctx))
 	}
 	if dl, ok := ctx.Deadline(); ok && !dl.After(f.deadline) {
 		return call(ctx)
@@ -260,12 +271,42 @@ func (c *Chain) runCall(ctx context.Context, _ int, f frame, call func(context.C
 // timeout. It is ours if our timer ended the context (even if the caller's
 // context has ended since, while the call ignored ours), or if its
 // deadline passed with the context still alive: the downstream may report
-// the deadline it was sent before our timer fires.
+// the deadline it was sent before our timer fires. (Not inlined: runCall's
+// stack frame, which is on the stack while the call runs, stays small.)
+//
+//go:noinline
 func attemptError(actx context.Context, cause error, f frame, err error) error {
-	if err != nil && (context.Cause(actx) == cause || actx.Err() == nil && !time.Now().Before(f.deadline)) {
+	if expired(actx, cause, f, err) {
 		return &timeout.Error{Timeout: f.timeout, Err: err}
 	}
 	return err
+}
+
+// expired reports an attempt that the fused deadline ended (see
+// attemptError).
+func expired(actx context.Context, cause error, f frame, err error) bool {
+	return err != nil && (context.Cause(actx) == cause || actx.Err() == nil && !time.Now().Before(f.deadline))
+}
+
+// hoistedError is attemptError for an attempt whose context a hedge made
+// with the deadline of the attempt timeout inside it (see hedgeStep.hoist):
+// the context the breakers, throttles and limits between them admitted the
+// attempt with. An attempt that timeout ended is the downstream's answer
+// to them, as it is without the hedge, not their caller's end, which is
+// what the end of that context would otherwise say (see internal/deadline):
+// it is marked a failure (breaker.Failure), unless an adapter has already
+// marked it.
+//
+//go:noinline
+func hoistedError(actx context.Context, cause error, f frame, err error) error {
+	if !expired(actx, cause, f, err) {
+		return err
+	}
+	te := &timeout.Error{Timeout: f.timeout, Err: err}
+	if bridge.BreakerMarked(err) {
+		return te
+	}
+	return breaker.Failure(te)
 }
 
 var errPanicked = errors.New("chain: call panicked")

@@ -6,12 +6,10 @@ import (
 	"time"
 
 	"github.com/callguard/callguard"
-	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/internal/hold"
 	"github.com/callguard/callguard/limit"
 	"github.com/callguard/callguard/throttle"
-	"github.com/callguard/callguard/timeout"
 )
 
 // runHedge runs the hedge step i: the first attempt on the caller's
@@ -22,7 +20,7 @@ import (
 func (c *Chain) runHedge(ctx context.Context, i int, f frame, call func(context.Context) error) error {
 	if f.owner >= 0 {
 		return c.runCall(ctx, i, f, func(ctx context.Context) error {
-			return c.hedge(ctx, i, frame{owner: -1, hold: f.hold, deferred: f.deferred}, call)
+			return c.hedge(ctx, i, f.fresh(), call)
 		})
 	}
 	return c.hedge(ctx, i, f, call)
@@ -103,13 +101,19 @@ func (c *Chain) runThrottle(ctx context.Context, i int, f frame, call func(conte
 	return gated(c, ctx, i, f, call, p)
 }
 
-// runLimit runs the limiter or bulkhead step i.
+// limitAcquire is Acquire for an attempt that waits and ends with ctx,
+// of a call whose caller's context is caller (see bridge.LimitAcquire).
+var limitAcquire = bridge.LimitAcquire.(func(l *limit.Limiter, ctx, caller context.Context) (limit.Permit, error))
+
+// runLimit runs the limiter or bulkhead step i: a limiter reads the
+// caller's deadline from the context the chain was called with, not from
+// ctx, which may be one a policy outside it made for its attempts.
 func (c *Chain) runLimit(ctx context.Context, i int, f frame, call func(context.Context) error) error {
 	var p limit.Permit
 	var err error
 	switch l := c.steps[i].p.(type) {
 	case *limit.Limiter:
-		p, err = l.Acquire(ctx)
+		p, err = limitAcquire(l, ctx, f.caller)
 	case *limit.Bulkhead:
 		p, err = l.Acquire(ctx)
 	}
@@ -140,15 +144,9 @@ func gated[P interface {
 	}()
 	err := c.steps[i].next(c, ctx, i+1, f, call)
 	finished = true
-	switch {
-	case outerCut(i, f, err):
+	if outerCut(i, f, err) {
 		p.DoneNeutral()
-	case f.hoisted && timeout.Expired(err) && !bridge.BreakerMarked(err):
-		// The attempt timeout inside the step ended it, through the
-		// context a hedge outside made for it (see hedgeStep.hoist): the
-		// downstream's answer, though the step's context has ended.
-		p.Done(breaker.Failure(err))
-	default:
+	} else {
 		p.Done(err)
 	}
 	return err

@@ -153,11 +153,17 @@ type Gradient2Settings struct {
 	// between the gradient's floor and 1 on every call.
 	ShortWindow int
 	// DeadlineShare is the share of a call's time left at its admission
-	// (its context's deadline) that the short-term round trip may take
+	// (its caller's deadline) that the short-term round trip may take
 	// before the limit falls at its fastest (the gradient's floor),
 	// whatever the long-term round trip: in (0, 1] (0:
-	// DefaultDeadlineShare; < 0: never). Calls without a deadline are not
-	// judged so.
+	// DefaultDeadlineShare; < 0: never). Calls whose caller has no
+	// deadline are not judged so.
+	//
+	// The caller's deadline is that of the context the chain was called
+	// with (of ctx, for [Limiter.Acquire] or [Limiter.Do] called
+	// directly): never one a policy of the chain made for its attempts,
+	// such as the attempt timeout a hedge outside the limit puts on each
+	// attempt's context, nor a timeout of the chain outside the limit.
 	DeadlineShare float64
 }
 
@@ -182,8 +188,8 @@ const DefaultShortWindow = 10
 //	limit    = max(MinLimit, min(MaxLimit, estimate))
 //
 // where inflight counts the calls in flight at the call's admission,
-// budget is the time its caller had left then (its context's deadline; a
-// call without one skips that line), and the estimate is kept as a real
+// budget is the time its caller had left then (its caller's deadline, see
+// DeadlineShare; a call without one skips that line), and the estimate is kept as a real
 // number, the limit being its integer part. The deadline's line is not
 // Netflix's: the long-term average follows a queue that builds slowly, so
 // that Tolerance alone lets a limit grow until the round trips take all of

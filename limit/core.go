@@ -36,7 +36,8 @@ type core struct {
 
 	maxQueue int
 	maxWait  time.Duration
-	made     bool // set by the constructors: a zero core admits nothing
+	made     bool     // set by the constructors: a zero core admits nothing
+	lim      *Limiter // the Limiter whose core this is; nil for a Bulkhead's
 
 	mu         sync.Mutex
 	head, tail *waiter // FIFO, linked through next/prev

@@ -47,7 +47,9 @@
 // QueueSize·Smoothing = 0.8 per sample; as latencies rise past Tolerance
 // (1.5) times their average it falls, by at most half the way per sample.
 // It also falls at its fastest when the short-term round trip takes more
-// than DeadlineShare (half) of what the calls' callers had left: the
+// than DeadlineShare (half) of what the calls' callers had left (the
+// deadline of the context a chain was called with, never one a policy of
+// the chain made for its attempts): the
 // long-term average follows a queue that builds slowly, and without that
 // line the limit would grow until the answers took all of the callers'
 // time (docs/overload.md has the measurement). A drop is left out (Netflix's rule): answers that hang are the breaker's

@@ -186,7 +186,7 @@ func OnRetry(fn func(attempt int, err error, wait time.Duration)) Option {
 	return optionFunc(func(c *config) { c.onRetry = fn })
 }
 
-// FitDeadline plans each wait against the caller's deadline, so that the
+// FitDeadline plans each wait against the deadline, so that the
 // attempt after it still gets its whole attempt timeout: a wait that would
 // leave the next attempt less than that before the deadline is shortened
 // to leave it, down to no wait at all; when even no wait would leave less
@@ -198,8 +198,13 @@ func OnRetry(fn func(attempt int, err error, wait time.Duration)) Option {
 // after two hung ones starts at 900 ms and has 100 ms; with FitDeadline,
 // at 700 ms, with its 300 ms).
 //
-// The attempt timeout is the first timeout inside the retry in its chain
-// (an adaptive timeout's value at the time); run alone, or with no
+// The deadline is the caller's (that of the context the chain was called
+// with, or ctx's, for [Policy.Do] called directly), or a timeout's of the
+// chain around the retry if sooner: the soonest that ends the retry's whole
+// call. It is never an attempt's: a timeout inside the retry bounds its
+// attempts, and none is ever hoisted past it into the context the retry
+// runs in. The attempt timeout is the first timeout inside the retry in its
+// chain (an adaptive timeout's value at the time); run alone, or with no
 // timeout inside, the policy has none and its waits are as without the
 // option. A wait a server asked for (a pushback) or one for an open
 // breaker is the downstream's, and kept.

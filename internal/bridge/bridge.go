@@ -83,6 +83,19 @@ var (
 	RetryBudget func(p any) (ratio, perSecond, burst float64, ok bool)
 )
 
+// Set by package limit.
+var (
+	// LimitAcquire is, for a *limit.Limiter,
+	//
+	//	func(l *limit.Limiter, ctx, caller context.Context) (limit.Permit, error)
+	//
+	// Acquire for an attempt that waits and ends with ctx, whose caller's
+	// deadline (see internal/deadline) is that of caller, the context the
+	// chain was called with. Its users assert it to that type once, at
+	// initialization.
+	LimitAcquire any
+)
+
 // Set by package timeout.
 var (
 	// TimeoutPatience returns, for t a *timeout.Policy, how long a healthy
