@@ -30,6 +30,10 @@ import (
 // since (from the run's start), to backend b: after delay, with status.
 type vAnswer func(since time.Duration, b int, rng *rand.Rand) (delay time.Duration, status int)
 
+// vBody, if set, is how long the body of an answer to a request that
+// arrived at since takes after its headers.
+type vBody func(since time.Duration) time.Duration
+
 // vServer is a base RoundTripper in virtual time: backends answer as answer
 // says; with backends > 1 a connection pool picks the backend as net/http's
 // keep-alive pool does (the most recently used idle connection first, a
@@ -37,6 +41,7 @@ type vAnswer func(since time.Duration, b int, rng *rand.Rand) (delay time.Durati
 // request goes back to the backend that just answered.
 type vServer struct {
 	answer   vAnswer
+	body     vBody
 	start    time.Time
 	backends int
 
@@ -73,9 +78,39 @@ func (s *vServer) RoundTrip(r *http.Request) (*http.Response, error) {
 	s.mu.Lock()
 	s.idle = append(s.idle, b)
 	s.mu.Unlock()
+	body := io.NopCloser(strings.NewReader("ok"))
+	if s.body != nil && s.body(time.Since(s.start)) > 0 {
+		body = &slowBody{ctx: r.Context(), wait: s.body(time.Since(s.start))}
+	}
 	return &http.Response{StatusCode: status, Header: http.Header{}, ContentLength: 2,
-		Body: io.NopCloser(strings.NewReader("ok")), Request: r}, nil
+		Body: body, Request: r}, nil
 }
+
+// slowBody is a body whose bytes come wait after the headers, or never if
+// its request's context ends first (a read then fails with its error, as a
+// body read from a real connection does).
+type slowBody struct {
+	ctx  context.Context
+	wait time.Duration
+	read bool
+}
+
+func (b *slowBody) Read(p []byte) (int, error) {
+	if b.read {
+		return 0, io.EOF
+	}
+	t := time.NewTimer(b.wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-b.ctx.Done():
+		return 0, b.ctx.Err()
+	}
+	b.read = true
+	return copy(p, "ok"), nil
+}
+
+func (b *slowBody) Close() error { return nil }
 
 // Received returns the requests each backend received.
 func (s *vServer) Received() []int64 {
@@ -102,6 +137,7 @@ type harmRun struct {
 	warm, fault, after time.Duration
 	backends           int
 	answer             vAnswer
+	body               vBody
 	seed               uint64
 	settings           preset.Settings
 }
@@ -136,7 +172,9 @@ func (h harmRun) run(t *testing.T) (plain, standard vArm) {
 						resp, err := client.Do(req)
 						ok := err == nil && resp.StatusCode == http.StatusOK
 						if err == nil {
-							_, _ = io.Copy(io.Discard, resp.Body)
+							if _, rerr := io.Copy(io.Discard, resp.Body); rerr != nil {
+								ok, err = false, rerr // the answer is the whole body
+							}
 							_ = resp.Body.Close()
 						}
 						cancel()
@@ -171,10 +209,12 @@ func (h harmRun) run(t *testing.T) (plain, standard vArm) {
 		var wg sync.WaitGroup
 		wg.Go(func() {
 			srv := newVServer(h.backends, h.seed, h.answer)
+			srv.body = h.body
 			plain = drive("plain", srv, srv)
 		})
 		wg.Go(func() {
 			srv := newVServer(h.backends, h.seed, h.answer)
+			srv.body = h.body
 			tr, err := httpmw.Standard(srv, h.settings)
 			if err != nil {
 				t.Errorf("httpmw.Standard: %v", err)
@@ -197,13 +237,15 @@ func (a vArm) rate(p int) float64 { return float64(a.ok[p]) / float64(max(a.call
 
 // noHarm fails t unless the requests standard started during phase p (0
 // before, 1 during, 2 after the fault) succeeded at least share as often as
-// plain's. A request is what a user waits for: in a closed loop the count
-// of successes also follows how long each request takes (a retry's wait
-// makes fewer, surer requests), so the invariant is on the rate.
-func noHarm(t *testing.T, what string, p int, plain, standard vArm, share float64) {
+// plain's, less one request per caller: the requests in flight when the
+// fault begins were sent under the healthy regime's settings. A request is
+// what a user waits for: in a closed loop the count of successes also
+// follows how long each request takes (a retry's wait makes fewer, surer
+// requests), so the invariant is on the rate.
+func noHarm(t *testing.T, what string, p int, plain, standard vArm, share float64, callers int) {
 	t.Helper()
-	if standard.rate(p) < share*plain.rate(p) {
-		t.Errorf("%s: Standard's requests succeeded %.1f %% of the time against a plain client's %.1f %% (want >= %.0f %% of it)\n%v\n%v",
+	if standard.rate(p) < share*plain.rate(p)-float64(callers)/float64(max(standard.calls[p], 1)) {
+		t.Errorf("%s: Standard's requests succeeded %.1f %% of the time against a plain client's %.1f %% (want >= %.0f %% of it, less one request per caller)\n%v\n%v",
 			what, 100*standard.rate(p), 100*plain.rate(p), 100*share, plain, standard)
 	}
 }
@@ -233,8 +275,8 @@ func TestNoHarmWhenSlower(t *testing.T) {
 				}}
 			plain, standard := h.run(t)
 			t.Logf("\n%v\n%v", plain, standard)
-			noHarm(t, "during the slowdown", 1, plain, standard, 0.98)
-			noHarm(t, "in the 3 s after it", 2, plain, standard, 0.98)
+			noHarm(t, "during the slowdown", 1, plain, standard, 0.98, h.callers)
+			noHarm(t, "in the 3 s after it", 2, plain, standard, 0.98, h.callers)
 		})
 	}
 }
@@ -257,7 +299,7 @@ func TestNoHarmWhenFlaky(t *testing.T) {
 				}}
 			plain, standard := h.run(t)
 			t.Logf("\n%v\n%v", plain, standard)
-			noHarm(t, "flaky downstream", 1, plain, standard, 0.98)
+			noHarm(t, "flaky downstream", 1, plain, standard, 0.98, h.callers)
 		})
 	}
 }
@@ -279,7 +321,7 @@ func TestNoHarmOneBadBackend(t *testing.T) {
 		}}
 	plain, standard := h.run(t)
 	t.Logf("\n%v\n%v", plain, standard)
-	noHarm(t, "one bad backend of ten", 1, plain, standard, 0.98)
+	noHarm(t, "one bad backend of ten", 1, plain, standard, 0.98, h.callers)
 }
 
 // TestNoHarmWhenTheClientStalls: no fault at the downstream, but the
@@ -305,8 +347,33 @@ func TestNoHarmWhenTheClientStalls(t *testing.T) {
 		}}
 	plain, standard := h.run(t)
 	t.Logf("\n%v\n%v", plain, standard)
-	noHarm(t, "the client's host stalling", 1, plain, standard, 0.98)
+	noHarm(t, "the client's host stalling", 1, plain, standard, 0.98, h.callers)
 	if standard.refused[1] > 0 {
 		t.Errorf("the breaker refused %d requests to a healthy downstream, want none", standard.refused[1])
 	}
+}
+
+// TestNoHarmWhenTheBodyIsSlow: the headers come at once and the body
+// 250 ms after them (a link of little bandwidth: 8 KiB at 32 KB/s). The
+// attempt's timeout bounds the body's read too; an adaptive timeout that
+// learned only when the headers came sat at its floor and cut every body,
+// and the breaker opened on the cut reads (over real sockets through a
+// fault proxy: 21 of 9,885 requests against a plain client's 599 of 599).
+// It learns from the whole answer now.
+func TestNoHarmWhenTheBodyIsSlow(t *testing.T) {
+	h := harmRun{callers: 20, deadline: time.Second, warm: 3 * time.Second, fault: 8 * time.Second, after: 3 * time.Second,
+		backends: 1, seed: 5,
+		answer: func(_ time.Duration, _ int, rng *rand.Rand) (time.Duration, int) {
+			return around(2*time.Millisecond, rng), http.StatusOK
+		},
+		body: func(since time.Duration) time.Duration {
+			if since >= 3*time.Second && since < 11*time.Second {
+				return 250 * time.Millisecond
+			}
+			return 0
+		}}
+	plain, standard := h.run(t)
+	t.Logf("\n%v\n%v", plain, standard)
+	noHarm(t, "a slow body", 1, plain, standard, 0.98, h.callers)
+	noHarm(t, "in the 3 s after it", 2, plain, standard, 0.98, h.callers)
 }

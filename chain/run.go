@@ -70,6 +70,13 @@ func (c *Chain) timeoutDone(ctx context.Context, i int, f frame, start, dl time.
 		err = judge(ctx, s.tp(), i, f, start, err)
 	}
 	if s.tx.Adaptive {
+		if err == nil && f.deferred != nil {
+			// An answer whose body is still to come (an HTTP response): the
+			// adapter reports it when the body is done.
+			f.deferred.Observe(deferred.Observation{Timeout: s.tx, Start: start, Deadline: dl,
+				Own: f.owner == i, Scout: scout, Chain: c, Step: i})
+			return nil
+		}
 		fired := f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl)
 		if since := s.tx.Observe(start, err, fired, scout); !since.IsZero() {
 			c.forgive(i, since)

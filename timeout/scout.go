@@ -17,7 +17,9 @@ import (
 // than its quantile allows (more than 1 − Quantile of the attempts since
 // its first cut), one attempt at a time runs at the ceiling (Max, or the
 // caller's deadline if sooner), and so does the last attempt of a retry
-// outside (cut at the timeout, it would only fail sooner). A scout that answers later than the
+// outside (cut at the timeout, it would only fail sooner); while it cuts
+// nearly every attempt, with no scout hung lately, every attempt does
+// (storm). A scout that answers later than the
 // timeout it would have had says the attempts being cut were slow
 // answers, not hangs: the timeout rises at once to its answer's latency ×
 // Multiplier, and stays at least there for a Window (the floor), while the
@@ -40,6 +42,7 @@ type doubt struct {
 	answers int64     // answers since then
 	since   time.Time // the first of those cuts
 	scouts  int       // scouts out
+	scoutAt time.Time // when the last one went out
 	floor   time.Duration
 	until   time.Time // the floor holds until then
 
@@ -69,10 +72,18 @@ func (t *tracker) start(ctx context.Context) (time.Duration, bool) {
 	if !t.doubting(dt) {
 		return t.current(), false
 	}
-	if !bridge.IsLastAttempt(ctx) && (dt.scouts > 0 || time.Now().Before(dt.restTill)) {
+	now := time.Now()
+	if dt.scouts > 0 && now.Sub(dt.scoutAt) > t.max && now.Sub(dt.scoutAt)-t.max > t.max {
+		// Scouts out for twice their ceiling were never reported (an
+		// HTTP body its caller never closed): they no longer hold the
+		// slot.
+		dt.scouts = 0
+	}
+	if !bridge.IsLastAttempt(ctx) && !t.storm(dt) && (dt.scouts > 0 || now.Before(dt.restTill)) {
 		return t.current(), false
 	}
 	dt.scouts++
+	dt.scoutAt = now
 	return t.max, true
 }
 
@@ -81,6 +92,23 @@ func (t *tracker) start(ctx context.Context) (time.Duration, bool) {
 func (t *tracker) doubting(dt *doubt) bool {
 	return dt.cuts > 0 && float64(dt.cuts) > (1-t.q)*float64(dt.cuts+dt.answers)
 }
+
+// storm reports that the timeout cuts nearly every attempt (at least
+// stormCuts, and 9 in 10 of the attempts since the doubt began) while no scout has hung
+// since the last that answered slow: the downstream got slower than the
+// timeout all at once, or hangs, and every attempt scouts until the first
+// verdict. An attempt cut there is lost for its request when no retry
+// follows (an HTTP body read after its headers came: the response is the
+// caller's by then); one that hangs costs its caller its deadline, as
+// without the timeout, once, until a scout's verdict. The caller holds
+// dt.mu.
+func (t *tracker) storm(dt *doubt) bool {
+	return dt.rest == 0 && dt.cuts >= stormCuts && dt.cuts >= 9*dt.answers
+}
+
+// stormCuts is the cuts a storm needs: a few hung answers ending together
+// (callers that all began to hang at once) are not every attempt.
+const stormCuts = 10
 
 // cut records an attempt this timeout cut at now.
 func (t *tracker) cut(now time.Time) {
@@ -126,7 +154,7 @@ func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time
 	dt := t.doubt.Load() // not nil: a scout needs a cut
 	dt.mu.Lock()
 	defer dt.mu.Unlock()
-	dt.scouts--
+	dt.scouts = max(dt.scouts-1, 0)
 	switch {
 	case answer && took > normal:
 		// Slower than the timeout, but alive: the cut attempts were slow

@@ -147,6 +147,11 @@ var (
 	// call to keep its attempt context alive after it returns (see
 	// package hold).
 	ChainDoHolding func(c any, ctx context.Context, call func(context.Context) error) error
+	// ChainForgive tells the breakers outside step i of c, a *chain.Chain,
+	// that the attempts its adaptive timeout cut since since were slow
+	// answers (see Timeout.Observe), for an observation an adapter
+	// reported after the call returned (package deferred).
+	ChainForgive func(c any, i int, since time.Time)
 	// ChainNeedsHolder reports whether c, a *chain.Chain, may make
 	// attempt contexts that hold.Hold can keep: it has a timeout, or a
 	// policy it does not know that may have one.

@@ -1,11 +1,39 @@
 // Package deferred holds the breaker permits of a call whose outcome is not
 // known when it returns: an HTTP response is a success when its headers
 // arrive, but its body may still stall or fail. The chain hands the
-// permits of a successful attempt to a Set instead of reporting them; the
-// adapter reports them once the body is read or closed.
+// permits of a successful attempt to a Set instead of reporting them, and
+// its adaptive attempt timeouts' observations of it (an answer's latency
+// runs to the end of its body, and a body the attempt timeout cut is a
+// cut); the adapter reports them once the body is read or closed.
 package deferred
 
-import "github.com/callguard/callguard/breaker"
+import (
+	"time"
+
+	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
+)
+
+// Observation is what an adaptive attempt timeout will be told of the
+// attempt that succeeded: it started at Start under the deadline Deadline,
+// which this timeout set if Own; Scout as bridge.Timeout.Start said. A
+// scout's slow answer forgives the breakers outside step Step of Chain
+// (bridge.ChainForgive).
+type Observation struct {
+	Timeout         *bridge.Timeout
+	Start, Deadline time.Time
+	Own, Scout      bool
+	Chain           any
+	Step            int
+}
+
+// done tells the timeout the attempt ended with err, now.
+func (o *Observation) done(err error) {
+	fired := o.Own && err != nil && !time.Now().Before(o.Deadline)
+	if since := o.Timeout.Observe(o.Start, err, fired, o.Scout); !since.IsZero() {
+		bridge.ChainForgive(o.Chain, o.Step, since)
+	}
+}
 
 // Set is the deferred permits of one call. It is not safe for concurrent
 // use: the chain adds to it for the attempt that succeeded — on the
@@ -19,6 +47,17 @@ type Set struct {
 	first breaker.Permit // the usual case: one breaker
 	n     int
 	more  *[]breaker.Permit // the others, rarely any
+	obs   *[]Observation    // the adaptive timeouts', if any
+}
+
+// Observe keeps o until Done. It allocates: only a chain with an adaptive
+// attempt timeout has observations to defer.
+func (s *Set) Observe(o Observation) {
+	if s.obs == nil {
+		s.obs = &[]Observation{o}
+		return
+	}
+	*s.obs = append(*s.obs, o)
 }
 
 // Add keeps p until Done.
@@ -34,9 +73,17 @@ func (s *Set) Add(p breaker.Permit) {
 	s.n++
 }
 
-// Done reports err, the outcome of the call, to every permit kept, once,
-// and empties the set.
+// Done reports err, the outcome of the call, to every observation kept,
+// then to every permit, once, and empties the set: an adaptive timeout's
+// scout that forgives the breakers does so before this call's own outcome
+// is counted.
 func (s *Set) Done(err error) {
+	if obs := s.obs; obs != nil {
+		s.obs = nil
+		for i := range *obs {
+			(*obs)[i].done(err)
+		}
+	}
 	if s.n == 0 {
 		return
 	}
