@@ -7,6 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -49,7 +51,8 @@ type vServer struct {
 	idle     []int // backends of idle connections, the most recent last
 	next     int   // backend of the next new connection
 	rng      *rand.Rand
-	received []int64 // per backend
+	received []int64         // per backend
+	arrivals []time.Duration // when each request arrived, since start
 }
 
 func newVServer(backends int, seed uint64, answer vAnswer) *vServer {
@@ -66,8 +69,16 @@ func (s *vServer) RoundTrip(r *http.Request) (*http.Response, error) {
 		b, s.next = s.next, (s.next+1)%s.backends
 	}
 	s.received[b]++
+	s.arrivals = append(s.arrivals, time.Since(s.start))
 	d, status := s.answer(time.Since(s.start), b, s.rng)
 	s.mu.Unlock()
+	switch status {
+	case hang:
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	case refuse:
+		return nil, errRefused
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -112,6 +123,28 @@ func (b *slowBody) Read(p []byte) (int, error) {
 
 func (b *slowBody) Close() error { return nil }
 
+// The statuses that are not answers: an answer that never comes, and a
+// connection refused at once.
+const (
+	hang   = -1
+	refuse = -2
+)
+
+var errRefused = errors.New("connection refused")
+
+// ReceivedIn returns the requests that arrived in [from, to).
+func (s *vServer) ReceivedIn(from, to time.Duration) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, at := range s.arrivals {
+		if at >= from && at < to {
+			n++
+		}
+	}
+	return n
+}
+
 // Received returns the requests each backend received.
 func (s *vServer) Received() []int64 {
 	s.mu.Lock()
@@ -125,7 +158,9 @@ type vArm struct {
 	ok, calls, refused [3]int // before, during and after the fault
 	shed               [3]int // refused by a limit (callguard.ErrRejected)
 	received           []int64
-	firstOKAfterFault  time.Duration // from the fault's end; -1: none
+	received1          int64           // calls the downstream received during the fault
+	failedLate         []time.Duration // how long each request started in the fault's last two thirds took to fail
+	firstOKAfterFault  time.Duration   // from the fault's end; -1: none
 	lastErr            error
 }
 
@@ -181,6 +216,9 @@ func (h harmRun) run(t *testing.T) (plain, standard vArm) {
 						p := phase(at)
 						mu.Lock()
 						a.calls[p]++
+						if !ok && p == 1 && at.Sub(start) >= h.warm+h.fault/3 {
+							a.failedLate = append(a.failedLate, time.Since(at))
+						}
 						if ok {
 							a.ok[p]++
 							if p == 2 && a.firstOKAfterFault < 0 {
@@ -204,6 +242,7 @@ func (h harmRun) run(t *testing.T) (plain, standard vArm) {
 			}
 			wg.Wait()
 			a.received = srv.Received()
+			a.received1 = srv.ReceivedIn(h.warm, h.warm+h.fault)
 			return a
 		}
 		var wg sync.WaitGroup
@@ -376,4 +415,49 @@ func TestNoHarmWhenTheBodyIsSlow(t *testing.T) {
 	t.Logf("\n%v\n%v", plain, standard)
 	noHarm(t, "a slow body", 1, plain, standard, 0.98, h.callers)
 	noHarm(t, "in the 3 s after it", 2, plain, standard, 0.98, h.callers)
+}
+
+// TestProtectionKept: where protection matters, the chain keeps it. A
+// downstream that hangs every answer (a blackhole, or a server paused) or
+// refuses every connection (an outage) for 3 s, then heals: the
+// downstream receives no more calls from Standard than from a plain client
+// with the same deadline; after the fault's first second requests fail
+// fast (the median failure at once, and no more than 1 in 20 after 100 ms
+// or more: the breaker's probes, and the calls a probe round holds back);
+// and the first success comes within 1 s of the heal.
+func TestProtectionKept(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		status int
+	}{{"blackhole", hang}, {"outage", refuse}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := harmRun{callers: 20, deadline: time.Second, warm: 3 * time.Second, fault: 3 * time.Second, after: 2 * time.Second,
+				backends: 1, seed: 6,
+				answer: func(since time.Duration, _ int, rng *rand.Rand) (time.Duration, int) {
+					if since >= 3*time.Second && since < 6*time.Second {
+						return 0, tc.status
+					}
+					return around(2*time.Millisecond, rng), http.StatusOK
+				}}
+			plain, standard := h.run(t)
+			late := standard.failedLate
+			slices.Sort(late)
+			slow := len(late) - sort.Search(len(late), func(i int) bool { return late[i] >= 100*time.Millisecond })
+			var median time.Duration
+			if len(late) > 0 {
+				median = late[len(late)/2]
+			}
+			t.Logf("\n%v; the downstream received %d calls during the fault\n%v; %d; in the fault's last 2 s %d requests failed, the median after %v, %d after 100 ms or more; first success %v after the heal",
+				plain, plain.received1, standard, standard.received1, len(late), median, slow, standard.firstOKAfterFault)
+			if standard.received1 > plain.received1 {
+				t.Errorf("the downstream received %d calls from Standard during the fault, %d from a plain client: want no more", standard.received1, plain.received1)
+			}
+			if median >= 10*time.Millisecond || 20*slow > len(late) {
+				t.Errorf("in the fault's last 2 s, %d requests failed, the median after %v, %d after 100 ms or more: want them to fail fast", len(late), median, slow)
+			}
+			if ok := standard.firstOKAfterFault; ok < 0 || ok > time.Second {
+				t.Errorf("the first success came %v after the heal (-1: none), want within 1s", ok)
+			}
+		})
+	}
 }

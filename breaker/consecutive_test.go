@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/internal/bridge"
 )
 
 // TestConsecutiveFor: a run of ConsecutiveFailures trips only once it has
@@ -96,4 +97,27 @@ func TestConsecutiveForSettings(t *testing.T) {
 			t.Errorf("New(%+v): %v, want a SettingsError naming ConsecutiveFor", s, err)
 		}
 	}
+}
+
+// TestCondemn: an adaptive attempt timeout inside the breaker that finds
+// the attempts it cut to be hangs (bridge.BreakerCondemn) lets the run of
+// failures trip without waiting out ConsecutiveFor; a success ends that.
+func TestCondemn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx := context.Background()
+		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 3, ConsecutiveFor: time.Hour})
+		_ = b.Do(ctx, fail)
+		bridge.BreakerCondemn(b) // a run of 1: not yet
+		_ = b.Do(ctx, ok)        // ends the run, and the condemnation
+		_ = b.Do(ctx, fail)
+		_ = b.Do(ctx, fail)
+		_ = b.Do(ctx, fail)
+		if got := b.State(); got != breaker.StateClosed {
+			t.Fatalf("3 failures after a success ended the condemned run: %v, want closed (ConsecutiveFor 1h)", got)
+		}
+		bridge.BreakerCondemn(b)
+		if got := b.State(); got != breaker.StateOpen {
+			t.Fatalf("condemned with a run of 3: %v, want open", got)
+		}
+	})
 }

@@ -103,6 +103,11 @@ func init() {
 			bb.m.forgive(since)
 		}
 	}
+	bridge.BreakerCondemn = func(b any) {
+		if bb, _ := b.(*Breaker); bb != nil && bb.m != nil {
+			bb.m.condemn()
+		}
+	}
 	bridge.BreakerTrip = func(b any) time.Time {
 		bb, _ := b.(*Breaker)
 		if bb == nil || bb.m == nil {
@@ -145,6 +150,24 @@ func (m *machine) forgive(since time.Time) {
 	case m.openedAt != 0 && m.openedAt-1 >= m.stamp(since):
 		m.set(StateClosed, now)
 		m.streak = 0
+	}
+	m.mu.Unlock()
+	m.b.deliver()
+}
+
+// condemn lets a closed breaker's run of failures trip on reaching
+// ConsecutiveFailures without waiting out ConsecutiveFor, until a success
+// ends the run: an adaptive attempt timeout inside it found the attempts
+// it cut to be hangs. A forced or disabled breaker is left alone.
+func (m *machine) condemn() {
+	m.mu.Lock()
+	now := time.Now()
+	g := m.advance(now)
+	if g.state == StateClosed && g.manual == OverrideNone {
+		g.hung.Store(true) // until a success ends the run
+		if m.shouldTrip(g, now) {
+			m.set(StateOpen, now)
+		}
 	}
 	m.mu.Unlock()
 	m.b.deliver()

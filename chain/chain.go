@@ -397,7 +397,7 @@ func init() {
 		return c.(*Chain).doHolding(ctx, call)
 	}
 	bridge.ChainNeedsHolder = func(c any) bool { return c.(*Chain).needsHolder() }
-	bridge.ChainForgive = func(c any, i int, since time.Time) { c.(*Chain).forgive(i, since) }
+	bridge.ChainVerdict = func(c any, i int, v bridge.Verdict) { c.(*Chain).verdict(i, v) }
 }
 
 // doDeferred is doHolding with the permits of successful attempts handed to

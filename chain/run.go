@@ -78,20 +78,26 @@ func (c *Chain) timeoutDone(ctx context.Context, i int, f frame, start, dl time.
 			return nil
 		}
 		fired := f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl)
-		if since := s.tx.Observe(start, err, fired, scout); !since.IsZero() {
-			c.forgive(i, since)
+		if v := s.tx.Observe(start, err, fired, scout); v != (bridge.Verdict{}) {
+			c.verdict(i, v)
 		}
 	}
 	return err
 }
 
-// forgive tells the breakers outside the timeout step i that the attempts
-// it cut since since were slow answers, not failures (see
-// bridge.Timeout.Observe).
-func (c *Chain) forgive(i int, since time.Time) {
+// verdict tells the breakers outside the timeout step i what its scout
+// found (see bridge.Verdict): the attempts it cut were slow answers, not
+// failures, or hangs.
+func (c *Chain) verdict(i int, v bridge.Verdict) {
 	for j := range i {
-		if c.steps[j].kind == kindBreaker {
-			bridge.BreakerForgive(c.steps[j].p, since)
+		if c.steps[j].kind != kindBreaker {
+			continue
+		}
+		if !v.Forgive.IsZero() {
+			bridge.BreakerForgive(c.steps[j].p, v.Forgive)
+		}
+		if v.Hung {
+			bridge.BreakerCondemn(c.steps[j].p)
 		}
 	}
 }

@@ -145,12 +145,11 @@ func (dt *doubt) clearLocked() {
 	dt.pending.Store(false)
 }
 
-// scouted records the end of the scout that started at start, with the
-// timeout it would otherwise have had (normal), after it ran for took: it
-// answered (answer) or not. It returns when the doubt began if the scout
-// showed the cuts since then to be slow answers (the failures they
-// counted are to be forgiven), else the zero time.
-func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time) (forgive time.Time) {
+// scouted records the end of a scout, with the timeout it would otherwise
+// have had (normal), after it ran for took: it answered (answer) or not.
+// Its verdict: the cuts since the doubt began were slow answers (the
+// failures they counted are to be forgiven), or, in a storm, hangs.
+func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time) (v bridge.Verdict) {
 	dt := t.doubt.Load() // not nil: a scout needs a cut
 	dt.mu.Lock()
 	defer dt.mu.Unlock()
@@ -159,9 +158,8 @@ func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time
 	case answer && took > normal:
 		// Slower than the timeout, but alive: the cut attempts were slow
 		// answers. The timeout rises to this answer's.
-		forgive = dt.since
-		if dt.cuts == 0 {
-			forgive = time.Time{} // nothing was cut meanwhile (the doubt was cleared)
+		if dt.cuts > 0 { // else the doubt was cleared meanwhile: nothing to forgive
+			v.Forgive = dt.since
 		}
 		f := t.max
 		if v := float64(took) * t.mult; v < float64(t.max) {
@@ -179,14 +177,16 @@ func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time
 	case !answer && took >= normal:
 		// Cut at the ceiling, or by the caller: the cuts were hangs (or
 		// answers too slow to matter). They stay failures, and the next
-		// scout rests.
+		// scout rests; in a storm, the breakers need not wait out their
+		// ConsecutiveFor.
+		v.Hung = t.storm(dt)
 		dt.clearLocked()
 		dt.rest = min(max(2*dt.rest, firstRest), max(t.window, firstRest))
 		dt.restTill = now.Add(dt.rest)
 	}
 	// Otherwise it answered within the timeout, or failed sooner: it
 	// tells nothing of the attempts cut, and the next attempt scouts.
-	return forgive
+	return v
 }
 
 // floorNow returns the floor the last slow scout set, if it still holds.

@@ -194,12 +194,11 @@ func Expired(err error) bool { return errors.Is(err, ErrTimeout) }
 
 // observe feeds the adaptive timeout a call that started at start and
 // ended with err (fired: this timeout ended it; scout: it ran at the
-// ceiling, see scout.go). It returns when the doubt began if a scout showed
-// the attempts cut since then to be slow answers, else the zero time.
-func (p *Policy) observe(start time.Time, err error, fired, scout bool) (forgive time.Time) {
+// ceiling, see scout.go), and returns a scout's verdict.
+func (p *Policy) observe(start time.Time, err error, fired, scout bool) bridge.Verdict {
 	t := p.adaptive
 	if t == nil {
-		return time.Time{}
+		return bridge.Verdict{}
 	}
 	// Only an answer tells a latency. A call our timeout cut took at least
 	// the timeout, but recorded at the timeout it would let every hang
@@ -225,5 +224,5 @@ func (p *Policy) observe(start time.Time, err error, fired, scout bool) (forgive
 	case fired:
 		t.cut(time.Now())
 	}
-	return time.Time{}
+	return bridge.Verdict{}
 }

@@ -46,6 +46,11 @@ var (
 	// b's run of failures is cleared, and a b that opened since then
 	// closes. Native engine only; a forced b is left alone.
 	BreakerForgive func(b any, since time.Time)
+	// BreakerCondemn tells b, a *breaker.Breaker, that an adaptive attempt
+	// timeout inside it found the attempts it cut to be hangs: a closed b
+	// whose run of failures has reached ConsecutiveFailures opens without
+	// waiting out ConsecutiveFor. Native engine only.
+	BreakerCondemn func(b any)
 	// BreakerTrip opens a closed b as its own rules would, its open stay
 	// growing with MaxOpenTimeout, and returns when it admits calls again
 	// (zero if it did not open it).

@@ -25,17 +25,29 @@ type Timeout struct {
 	Start func(ctx context.Context) (d time.Duration, scout bool)
 	// Observe feeds the adaptive timeout an attempt that started at start
 	// and ended with err (fired: this timeout ended it; scout: Start said
-	// so). It returns, when the attempt was a scout that answered slower
-	// than the timeout, when the timeout's doubt began: the attempts it cut
-	// since then were slow answers, not hangs, and the breakers outside
-	// forgive the failures they counted (bridge.BreakerForgive). Else the
-	// zero time.
-	Observe  func(start time.Time, err error, fired, scout bool) (forgive time.Time)
+	// so), and returns what a scout's end says of the attempts the timeout
+	// cut (see Verdict; the zero Verdict for any other attempt).
+	Observe func(start time.Time, err error, fired, scout bool) Verdict
 	Min, Max time.Duration // adaptive: its bounds
 
 	// Declared are the quantiles given with timeout.Latency, by
 	// increasing Q.
 	Declared []Quantile
+}
+
+// Verdict is what the end of an adaptive timeout's scout says of the
+// attempts it cut while in doubt.
+type Verdict struct {
+	// Forgive, if not zero: the scout answered later than the timeout, so
+	// the attempts cut since Forgive were slow answers, not hangs: the
+	// breakers outside forgive the failures they counted
+	// (BreakerForgive).
+	Forgive time.Time
+	// Hung: the scout did not answer by its ceiling while the timeout cut
+	// nearly every attempt (a storm): the downstream hangs, and the
+	// breakers outside open on the run of failures they hold without
+	// waiting out its ConsecutiveFor (BreakerCondemn).
+	Hung bool
 }
 
 // Quantile is a declared point of the healthy latency distribution.
@@ -147,11 +159,11 @@ var (
 	// call to keep its attempt context alive after it returns (see
 	// package hold).
 	ChainDoHolding func(c any, ctx context.Context, call func(context.Context) error) error
-	// ChainForgive tells the breakers outside step i of c, a *chain.Chain,
-	// that the attempts its adaptive timeout cut since since were slow
-	// answers (see Timeout.Observe), for an observation an adapter
-	// reported after the call returned (package deferred).
-	ChainForgive func(c any, i int, since time.Time)
+	// ChainVerdict tells the breakers outside step i of c, a *chain.Chain,
+	// what the verdict v of its adaptive timeout's scout says (see
+	// Verdict), for an observation an adapter reported after the call
+	// returned (package deferred).
+	ChainVerdict func(c any, i int, v Verdict)
 	// ChainNeedsHolder reports whether c, a *chain.Chain, may make
 	// attempt contexts that hold.Hold can keep: it has a timeout, or a
 	// policy it does not know that may have one.

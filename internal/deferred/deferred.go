@@ -17,8 +17,8 @@ import (
 // Observation is what an adaptive attempt timeout will be told of the
 // attempt that succeeded: it started at Start under the deadline Deadline,
 // which this timeout set if Own; Scout as bridge.Timeout.Start said. A
-// scout's slow answer forgives the breakers outside step Step of Chain
-// (bridge.ChainForgive).
+// scout's verdict goes to the breakers outside step Step of Chain
+// (bridge.ChainVerdict).
 type Observation struct {
 	Timeout         *bridge.Timeout
 	Start, Deadline time.Time
@@ -30,8 +30,8 @@ type Observation struct {
 // done tells the timeout the attempt ended with err, now.
 func (o *Observation) done(err error) {
 	fired := o.Own && err != nil && !time.Now().Before(o.Deadline)
-	if since := o.Timeout.Observe(o.Start, err, fired, o.Scout); !since.IsZero() {
-		bridge.ChainForgive(o.Chain, o.Step, since)
+	if v := o.Timeout.Observe(o.Start, err, fired, o.Scout); v != (bridge.Verdict{}) {
+		bridge.ChainVerdict(o.Chain, o.Step, v)
 	}
 }
 
