@@ -215,8 +215,11 @@ func DrainTimeout(d time.Duration) Option {
 // during the read) is a failure of the downstream, the end of the body or
 // a Close is a success, and the caller's own cancellation is neutral. A
 // half-open probe's slot is then held until the body is done with, so
-// close every body (as net/http requires). With false, a response counts
-// when its headers arrive.
+// close every body (as net/http requires); an adaptive attempt timeout
+// learns the answer's latency, body included, then. With false, a
+// response counts when its headers arrive, for the breakers and for an
+// adaptive timeout, which then learns from the headers alone (and a body
+// slower than it is cut).
 func CountBodyErrors(on bool) Option {
 	return optionFunc(func(c *config) { c.judgeBody = on })
 }

@@ -86,7 +86,8 @@ func cells(t *testing.T) []cell {
 
 // TestFaults runs the selected cells and holds standard to the "do no
 // harm" invariant in each: wherever plain succeeds, standard succeeds at
-// least 0.98 times as often, less the noise's tolerance, during the fault
+// least 0.98 times as often (a rate: successes over calls started), less
+// the noise's tolerance, during the fault
 // and in the recovery after it; where protection matters (blackhole,
 // dial hang, outage, paused server) the server receives no more calls
 // from standard than from plain and standard's first success comes
