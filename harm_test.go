@@ -77,7 +77,14 @@ func (s *vServer) RoundTrip(r *http.Request) (*http.Response, error) {
 		<-r.Context().Done()
 		return nil, r.Context().Err()
 	case refuse:
-		return nil, errRefused
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil, errRefused
+		case <-r.Context().Done():
+			return nil, r.Context().Err()
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -460,4 +467,31 @@ func TestProtectionKept(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoHarmInBursts: every connection reset for 250 ms of every second
+// (a flapping link, a load balancer draining), healthy between; a reset
+// comes 40 ms into an attempt (the client's pool tries a connection or
+// two first), past the attempt timeout's floor, and one attempt in 50
+// hangs. Its first attempts are cut together, nearly every attempt: a
+// storm, whose scouts must let it end when they answer, and whose scout
+// that hangs must not open the breaker on a later burst's failures (over
+// real sockets: the breaker opened 7 times in 8 s, 1,152 of 11,734
+// requests succeeded against a plain client's 10,697 of 13,655).
+func TestNoHarmInBursts(t *testing.T) {
+	h := harmRun{callers: 20, deadline: time.Second, warm: 2 * time.Second, fault: 8 * time.Second, after: 2 * time.Second,
+		backends: 1, seed: 7,
+		answer: func(since time.Duration, _ int, rng *rand.Rand) (time.Duration, int) {
+			if since >= 2*time.Second && since < 10*time.Second && (since-2*time.Second)%time.Second < 250*time.Millisecond {
+				if rng.Float64() < 0.02 {
+					return 0, hang
+				}
+				return 40 * time.Millisecond, refuse
+			}
+			return around(2*time.Millisecond, rng), http.StatusOK
+		}}
+	plain, standard := h.run(t)
+	t.Logf("\n%v\n%v", plain, standard)
+	noHarm(t, "reset bursts", 1, plain, standard, 0.98, h.callers)
+	noHarm(t, "after them", 2, plain, standard, 0.98, h.callers)
 }

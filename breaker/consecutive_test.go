@@ -99,25 +99,35 @@ func TestConsecutiveForSettings(t *testing.T) {
 	}
 }
 
-// TestCondemn: an adaptive attempt timeout inside the breaker that finds
-// the attempts it cut to be hangs (bridge.BreakerCondemn) lets the run of
-// failures trip without waiting out ConsecutiveFor; a success ends that.
+// TestCondemn: an adaptive attempt timeout inside the breaker whose scout,
+// begun at some instant, found the attempts it cut to be hangs
+// (bridge.BreakerCondemn) opens the breaker on a run of failures begun by
+// then, without waiting out ConsecutiveFor; a run begun later is other
+// failures, and waits.
 func TestCondemn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		ctx := context.Background()
 		b := mustNew(t, breaker.Settings{ConsecutiveFailures: 3, ConsecutiveFor: time.Hour})
 		_ = b.Do(ctx, fail)
-		bridge.BreakerCondemn(b) // a run of 1: not yet
-		_ = b.Do(ctx, ok)        // ends the run, and the condemnation
 		_ = b.Do(ctx, fail)
-		_ = b.Do(ctx, fail)
-		_ = b.Do(ctx, fail)
+		bridge.BreakerCondemn(b, time.Now()) // a run of 2: not yet
 		if got := b.State(); got != breaker.StateClosed {
-			t.Fatalf("3 failures after a success ended the condemned run: %v, want closed (ConsecutiveFor 1h)", got)
+			t.Fatalf("condemned with a run of 2 of 3: %v, want closed", got)
 		}
-		bridge.BreakerCondemn(b)
+		time.Sleep(time.Second)
+		scout := time.Now()
+		_ = b.Do(ctx, ok) // ends the run
+		time.Sleep(time.Second)
+		_ = b.Do(ctx, fail)
+		_ = b.Do(ctx, fail)
+		_ = b.Do(ctx, fail)
+		bridge.BreakerCondemn(b, scout) // the run began after the scout
+		if got := b.State(); got != breaker.StateClosed {
+			t.Fatalf("condemned by a scout older than the run: %v, want closed (ConsecutiveFor 1h)", got)
+		}
+		bridge.BreakerCondemn(b, time.Now())
 		if got := b.State(); got != breaker.StateOpen {
-			t.Fatalf("condemned with a run of 3: %v, want open", got)
+			t.Fatalf("condemned by a scout begun after the run of 3 began: %v, want open", got)
 		}
 	})
 }

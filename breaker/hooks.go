@@ -103,9 +103,9 @@ func init() {
 			bb.m.forgive(since)
 		}
 	}
-	bridge.BreakerCondemn = func(b any) {
+	bridge.BreakerCondemn = func(b any, began time.Time) {
 		if bb, _ := b.(*Breaker); bb != nil && bb.m != nil {
-			bb.m.condemn()
+			bb.m.condemn(began)
 		}
 	}
 	bridge.BreakerTrip = func(b any) time.Time {
@@ -155,19 +155,19 @@ func (m *machine) forgive(since time.Time) {
 	m.b.deliver()
 }
 
-// condemn lets a closed breaker's run of failures trip on reaching
-// ConsecutiveFailures without waiting out ConsecutiveFor, until a success
-// ends the run: an adaptive attempt timeout inside it found the attempts
-// it cut to be hangs. A forced or disabled breaker is left alone.
-func (m *machine) condemn() {
+// condemn opens a closed breaker whose run of failures began by began
+// and has reached ConsecutiveFailures, without waiting out
+// ConsecutiveFor: an adaptive attempt timeout inside it found the
+// attempts it cut to be hangs, by a scout that began at began (a run that
+// began later is other failures, which it says nothing of). A forced or
+// disabled breaker is left alone.
+func (m *machine) condemn(began time.Time) {
 	m.mu.Lock()
 	now := time.Now()
 	g := m.advance(now)
-	if g.state == StateClosed && g.manual == OverrideNone {
-		g.hung.Store(true) // until a success ends the run
-		if m.shouldTrip(g, now) {
-			m.set(StateOpen, now)
-		}
+	if g.state == StateClosed && g.manual == OverrideNone && m.s.ConsecutiveFailures > 0 &&
+		g.consec.Load() >= uint64(m.s.ConsecutiveFailures) && g.runStart <= m.stamp(began) {
+		m.set(StateOpen, now)
 	}
 	m.mu.Unlock()
 	m.b.deliver()

@@ -45,8 +45,7 @@ type gen struct {
 
 	// closed
 	consec   atomic.Uint64
-	runStart stamp       // when the run of failures began; guarded by machine.mu
-	hung     atomic.Bool // a timeout inside found the run's cuts to be hangs (condemn), until a success
+	runStart stamp // when the run of failures began; guarded by machine.mu
 	tw       *timeWindow
 	cw       *countWindow
 
@@ -215,7 +214,6 @@ func (m *machine) done(g *gen, start stamp, o outcome) {
 		// The fast path: a success in closed takes no lock.
 		if g.consec.Load() != 0 {
 			g.consec.Store(0)
-			g.hung.Store(false)
 		}
 		switch {
 		case g.tw != nil:
@@ -255,7 +253,6 @@ func (m *machine) doneLocked(g *gen, o outcome, slow bool) {
 			}
 		case success:
 			g.consec.Store(0)
-			g.hung.Store(false)
 		}
 		switch {
 		case g.tw != nil:
@@ -298,7 +295,7 @@ func (m *machine) shouldTrip(g *gen, now time.Time) bool {
 		return false
 	}
 	if s.ConsecutiveFailures > 0 && g.consec.Load() >= uint64(s.ConsecutiveFailures) &&
-		(g.hung.Load() || m.elapsed(g.runStart, now) >= s.ConsecutiveFor) {
+		m.elapsed(g.runStart, now) >= s.ConsecutiveFor {
 		return true
 	}
 	var calls, fails, slow uint64

@@ -73,11 +73,21 @@ func (c *Chain) timeoutDone(ctx context.Context, i int, f frame, start, dl time.
 		if err == nil && f.deferred != nil {
 			// An answer whose body is still to come (an HTTP response): the
 			// adapter reports it when the body is done.
-			f.deferred.Observe(deferred.Observation{Timeout: s.tx, Start: start, Deadline: dl,
+			odl := f.deadline // the soonest of this timeout's and those outside it
+			if cdl, ok := ctx.Deadline(); ok && cdl.Before(odl) {
+				odl = cdl
+			}
+			f.deferred.Observe(deferred.Observation{Timeout: s.tx, Start: start, Deadline: odl,
 				Own: f.owner == i, Scout: scout, Chain: c, Step: i})
 			return nil
 		}
 		fired := f.owner == i && err != nil && timeout.Expired(err) && !time.Now().Before(dl)
+		if scout {
+			// A scout runs to its ceiling, a timeout's outside it, or the
+			// caller's deadline: any of them ending it says it did not
+			// answer in time.
+			fired = err != nil && (!time.Now().Before(f.deadline) || deadline.Passed(ctx))
+		}
 		if v := s.tx.Observe(start, err, fired, scout); v != (bridge.Verdict{}) {
 			c.verdict(i, v)
 		}
@@ -96,8 +106,8 @@ func (c *Chain) verdict(i int, v bridge.Verdict) {
 		if !v.Forgive.IsZero() {
 			bridge.BreakerForgive(c.steps[j].p, v.Forgive)
 		}
-		if v.Hung {
-			bridge.BreakerCondemn(c.steps[j].p)
+		if !v.Hung.IsZero() {
+			bridge.BreakerCondemn(c.steps[j].p, v.Hung)
 		}
 	}
 }

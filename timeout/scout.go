@@ -146,10 +146,11 @@ func (dt *doubt) clearLocked() {
 }
 
 // scouted records the end of a scout, with the timeout it would otherwise
-// have had (normal), after it ran for took: it answered (answer) or not.
+// have had (normal), after it ran for took: it answered (answer), a
+// deadline cut it (cut), or it failed.
 // Its verdict: the cuts since the doubt began were slow answers (the
 // failures they counted are to be forgiven), or, in a storm, hangs.
-func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time) (v bridge.Verdict) {
+func (t *tracker) scouted(normal, took time.Duration, answer, cut bool, now time.Time) (v bridge.Verdict) {
 	dt := t.doubt.Load() // not nil: a scout needs a cut
 	dt.mu.Lock()
 	defer dt.mu.Unlock()
@@ -174,18 +175,29 @@ func (t *tracker) scouted(normal, took time.Duration, answer bool, now time.Time
 		}
 		dt.clearLocked()
 		dt.rest, dt.restTill = 0, time.Time{}
-	case !answer && took >= normal:
+	case cut && took >= normal:
 		// Cut at the ceiling, or by the caller: the cuts were hangs (or
 		// answers too slow to matter). They stay failures, and the next
 		// scout rests; in a storm, the breakers need not wait out their
 		// ConsecutiveFor.
-		v.Hung = t.storm(dt)
+		if t.storm(dt) {
+			v.Hung = now.Add(-took)
+		}
 		dt.clearLocked()
 		dt.rest = min(max(2*dt.rest, firstRest), max(t.window, firstRest))
 		dt.restTill = now.Add(dt.rest)
+	case answer:
+		// Within the timeout: it tells nothing of the attempts cut, but it
+		// is an answer the timeout would have let through, and counts as
+		// one against them (in a storm every attempt scouts: without it,
+		// the cut share would never fall).
+		dt.answers++
+		if !t.doubting(dt) && dt.scouts == 0 {
+			dt.clearLocked()
+		}
 	}
-	// Otherwise it answered within the timeout, or failed sooner: it
-	// tells nothing of the attempts cut, and the next attempt scouts.
+	// Otherwise it failed (a downstream's error, not a deadline): it tells
+	// nothing, and the next attempt scouts.
 	return v
 }
 

@@ -213,7 +213,9 @@ func (p *Policy) observe(start time.Time, err error, fired, scout bool) bridge.V
 		if answer {
 			t.record(took)
 		}
-		return t.scouted(normal, took, answer, now)
+		// fired, for a scout: its deadline (its ceiling, or the
+		// caller's) ended it.
+		return t.scouted(normal, took, answer, fired, now)
 	}
 	switch {
 	case answer:

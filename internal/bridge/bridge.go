@@ -47,10 +47,11 @@ var (
 	// closes. Native engine only; a forced b is left alone.
 	BreakerForgive func(b any, since time.Time)
 	// BreakerCondemn tells b, a *breaker.Breaker, that an adaptive attempt
-	// timeout inside it found the attempts it cut to be hangs: a closed b
-	// whose run of failures has reached ConsecutiveFailures opens without
-	// waiting out ConsecutiveFor. Native engine only.
-	BreakerCondemn func(b any)
+	// timeout inside it found the attempts it cut to be hangs, by a scout
+	// that began at began: a closed b whose run of failures began by then
+	// and has reached ConsecutiveFailures opens without waiting out
+	// ConsecutiveFor. Native engine only.
+	BreakerCondemn func(b any, began time.Time)
 	// BreakerTrip opens a closed b as its own rules would, its open stay
 	// growing with MaxOpenTimeout, and returns when it admits calls again
 	// (zero if it did not open it).

@@ -24,8 +24,9 @@ type Timeout struct {
 	// attempt that will run calls it: it claims a scout.
 	Start func(ctx context.Context) (d time.Duration, scout bool)
 	// Observe feeds the adaptive timeout an attempt that started at start
-	// and ended with err (fired: this timeout ended it; scout: Start said
-	// so), and returns what a scout's end says of the attempts the timeout
+	// and ended with err (fired: this timeout ended it, or, for a scout,
+	// its ceiling or its caller's deadline did; scout: Start said so), and
+	// returns what a scout's end says of the attempts the timeout
 	// cut (see Verdict; the zero Verdict for any other attempt).
 	Observe func(start time.Time, err error, fired, scout bool) Verdict
 	Min, Max time.Duration // adaptive: its bounds
@@ -43,11 +44,12 @@ type Verdict struct {
 	// breakers outside forgive the failures they counted
 	// (BreakerForgive).
 	Forgive time.Time
-	// Hung: the scout did not answer by its ceiling while the timeout cut
-	// nearly every attempt (a storm): the downstream hangs, and the
-	// breakers outside open on the run of failures they hold without
-	// waiting out its ConsecutiveFor (BreakerCondemn).
-	Hung bool
+	// Hung, if not zero, is when the scout that did not answer by its
+	// ceiling began, while the timeout cut nearly every attempt (a storm):
+	// the downstream hangs, and a breaker outside whose run of failures
+	// began by then opens on it without waiting out its ConsecutiveFor
+	// (BreakerCondemn).
+	Hung time.Time
 }
 
 // Quantile is a declared point of the healthy latency distribution.

@@ -21,7 +21,7 @@ import (
 // (bridge.ChainVerdict).
 type Observation struct {
 	Timeout         *bridge.Timeout
-	Start, Deadline time.Time
+	Start, Deadline time.Time // Deadline: the attempt's (the caller's, if sooner)
 	Own, Scout      bool
 	Chain           any
 	Step            int
@@ -29,7 +29,7 @@ type Observation struct {
 
 // done tells the timeout the attempt ended with err, now.
 func (o *Observation) done(err error) {
-	fired := o.Own && err != nil && !time.Now().Before(o.Deadline)
+	fired := (o.Own || o.Scout) && err != nil && !time.Now().Before(o.Deadline)
 	if v := o.Timeout.Observe(o.Start, err, fired, o.Scout); v != (bridge.Verdict{}) {
 		bridge.ChainVerdict(o.Chain, o.Step, v)
 	}
