@@ -374,11 +374,9 @@ func (g *Group) sync(ctx context.Context, ms []*Shared) ([]syncResult, error) {
 // published (the window not yet cleared): they are the outage's, and
 // would re-open the fleet on a healthy downstream.
 func (g *Group) syncUntil(ctx context.Context, deadline time.Time, ms []*Shared) ([]syncResult, error) {
-	if g.held {
-		return nil, errHeld // the counts stay for the next sync
-	}
 	// What the operation's goroutine reads is prepared here, and only
-	// that: the members are this goroutine's.
+	// that: the members are this goroutine's. A sync held (see own) drops
+	// its counts as a failed one does.
 	type prepared struct {
 		keys     []string
 		dc, df   uint64
