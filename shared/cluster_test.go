@@ -96,7 +96,7 @@ func clusterPort(t *testing.T) int {
 
 func (rc *redisCluster) universal(t testing.TB) redis.UniversalClient {
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: rc.addrs, MaxRetries: -1, DialTimeout: 50 * time.Millisecond,
-		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
+		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

@@ -11,15 +11,34 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
 )
 
 // defaultClient is a client as docs/shared.md showed it before the budget
 // was held whatever the client: go-redis's defaults (3 s read timeout, 3
 // retries, context deadlines ignored on socket I/O).
 func defaultClient(t testing.TB, addr string) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: addr})
+	c := redis.NewClient(&redis.Options{Addr: addr, MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// noMaint turns off go-redis's maintenance notifications for a client
+// whose connections the sharing never uses (it makes its own): their
+// goroutines, started by NewClient, end at the client's first connection
+// or at its Close, after the test's leak check.
+func noMaint() *maintnotifications.Config {
+	return &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+}
+
+// instrument is an Options.Instrument that adds hooks.
+func instrument(hooks ...redis.Hook) func(redis.UniversalClient) error {
+	return func(c redis.UniversalClient) error {
+		for _, h := range hooks {
+			c.AddHook(h)
+		}
+		return nil
+	}
 }
 
 // stop and cont pause and resume the server process (SIGSTOP, SIGCONT): a

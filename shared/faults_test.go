@@ -95,12 +95,10 @@ func TestRecoveryWithSyncInFlight(t *testing.T) {
 	bs := make([]*breaker.Breaker, instances)
 	shs := make([]*shared.Shared, instances)
 	for i := range instances {
-		c := srv.client(t)
 		h := &faultHook{after: true}
 		h.delay.Store(int64(60 * time.Millisecond))
-		c.AddHook(h)
 		bs[i] = must(breaker.New(settings))
-		shs[i] = must(shared.Share(bs[i], shared.Options{Client: c, Name: "orders", Budget: 250 * time.Millisecond}))
+		shs[i] = must(shared.Share(bs[i], shared.Options{Client: srv.client(t), Name: "orders", Budget: 250 * time.Millisecond, Instrument: instrument(h)}))
 	}
 	var down atomic.Bool
 	calls := startCallers(&down, bs...)
@@ -204,8 +202,7 @@ func TestLostPublishOneProbeRound(t *testing.T) {
 						armed.Store(true)
 					}
 				})))
-				c := srv.client(t)
-				c.AddHook(&dropHook{err: tc.err, drop: func(args []any) bool {
+				drop := &dropHook{err: tc.err, drop: func(args []any) bool {
 					if tc.every {
 						if isNaturalOpen(args) {
 							dropped.Store(true)
@@ -214,8 +211,8 @@ func TestLostPublishOneProbeRound(t *testing.T) {
 						return false
 					}
 					return isNaturalOpen(args) && armed.Load() && dropped.CompareAndSwap(false, true)
-				}})
-				shs[i] = must(shared.Share(bs[i], shared.Options{Client: c, Name: "ledger"}))
+				}}
+				shs[i] = must(shared.Share(bs[i], shared.Options{Client: srv.client(t), Name: "ledger", Instrument: instrument(drop)}))
 			}
 			var down atomic.Bool
 			down.Store(true)
@@ -427,8 +424,8 @@ func TestRedisUnresponsive(t *testing.T) {
 	}
 }
 
-// TestLatestStatePublished: while Redis is slow (every command 1 s, past
-// the budget, the client blocking whatever the deadline), the breaker
+// TestLatestStatePublished: while Redis is slow (every reply 1 s late
+// through a loopback proxy, past the budget), the breaker
 // changes state many times (an operator's ForceOpen and Reset on the
 // breaker itself, 600 changes at once, while the sharing goroutine has a
 // close to publish), then opens on its own failures for a minute. Redis
@@ -437,13 +434,12 @@ func TestRedisUnresponsive(t *testing.T) {
 func TestLatestStatePublished(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv := startRedis(t, "")
-	c := srv.client(t)
-	h := &faultHook{}
-	c.AddHook(h)
+	proxy := startSlowProxy(t, srv.addr)
+	defer proxy.close()
 	b := must(breaker.New(breaker.Settings{ConsecutiveFailures: 3, OpenTimeout: time.Minute, HalfOpenProbes: 1}))
-	sh := must(shared.Share(b, shared.Options{Client: c, Name: "quotes"}))
+	sh := must(shared.Share(b, shared.Options{Client: defaultClient(t, proxy.addr()), Name: "quotes"}))
 	defer sh.Close()
-	h.delay.Store(int64(time.Second))
+	proxy.setDelay(time.Second)
 	_ = b.ForceOpen()
 	_ = b.Reset()
 	time.Sleep(20 * time.Millisecond) // the close on its way to Redis
@@ -458,7 +454,7 @@ func TestLatestStatePublished(t *testing.T) {
 	if err := b.Do(context.Background(), func(context.Context) error { return nil }); !errors.As(err, &oe) || oe.Until.IsZero() {
 		t.Fatalf("after 3 failures: %v, want an OpenError with its open-until", err)
 	}
-	h.delay.Store(0)
+	proxy.setDelay(0)
 	reader := srv.client(t)
 	var state string
 	took, ok := waitUntil(3*time.Second, func() bool {

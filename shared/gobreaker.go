@@ -13,7 +13,10 @@ import (
 // GobreakerStore is gobreaker/v2's SharedDataStore over go-redis, for
 // [NewGobreaker]: a lock (SET NX with a 5 s expiry, gobreaker's own lock
 // timeout) and the shared state's JSON under gobreaker's keys. Each
-// operation has Budget (default 50 ms).
+// operation's context ends after Budget (default 50 ms); unlike Share's
+// operations, which run on clients of their own, the store's run on Client
+// and end then only if Client honours context deadlines on socket I/O
+// (redis.Options.ContextTimeoutEnabled) and does not retry past them.
 type GobreakerStore struct {
 	Client redis.UniversalClient
 	Budget time.Duration

@@ -58,6 +58,7 @@ type Group struct {
 	degraded atomic.Bool
 	offset   atomic.Int64 // the last offset a sync measured: a new key's until it has its own
 
+	cl       *clients            // the sharing's own Redis clients
 	reg      metric.Registration // the degraded gauge's callback
 	ctx      context.Context     // ended by Close
 	stop     context.CancelFunc
@@ -67,9 +68,12 @@ type Group struct {
 	started  bool
 	scan     []*Shared // the goroutine's: the members a tick looks at
 	ticks    uint32    // the goroutine's: ticks so far
+	held     bool      // the goroutine's: an operation ran out of its budget since the last tick (see own)
+	claims   []event   // the goroutine's: claims held to the next tick
 
 	// One Redis operation at a time: a token in slot while it runs, held
-	// until it returns even when its caller stopped waiting at the budget.
+	// until it returns (at once when its caller stops waiting: its
+	// connections are closed then).
 	slot   chan struct{}
 	opsMu  sync.Mutex // guards closed and the Add of ops
 	closed bool
@@ -110,8 +114,12 @@ func NewGroup(o Options) (*Group, error) {
 	if strings.ContainsAny(o.Name, `*?[]\/`) {
 		return nil, fmt.Errorf(`shared: Options.Name = %q: a group's name has no *, ?, [, ], \ or /`, o.Name)
 	}
-	g := newGroup(o, false)
+	g, err := newGroup(o, false)
+	if err != nil {
+		return nil, err
+	}
 	if err := g.register(); err != nil {
+		g.cl.close()
 		return nil, err
 	}
 	g.start(nil)
@@ -129,6 +137,11 @@ func (o *Options) check() error {
 	case o.Sync < 0:
 		return fmt.Errorf("shared: Options.Sync = %v: must be >= 0 (0: 100ms)", o.Sync)
 	}
+	switch o.Client.(type) {
+	case *redis.Client, *redis.ClusterClient:
+	default:
+		return fmt.Errorf("shared: Options.Client is a %T: want a *redis.Client (a failover client is one) or a *redis.ClusterClient (the sharing makes its own connections with its options)", o.Client)
+	}
 	if o.Budget == 0 {
 		o.Budget = 50 * time.Millisecond
 	}
@@ -138,17 +151,21 @@ func (o *Options) check() error {
 	return nil
 }
 
-func newGroup(o Options, lone bool) *Group {
+func newGroup(o Options, lone bool) (*Group, error) {
+	cl, err := newClients(o)
+	if err != nil {
+		return nil, err
+	}
 	var idBytes [8]byte
 	_, _ = rand.Read(idBytes[:])
-	g := &Group{o: o, lone: lone, id: hex.EncodeToString(idBytes[:]),
+	g := &Group{o: o, lone: lone, id: hex.EncodeToString(idBytes[:]), cl: cl,
 		done:    make(chan struct{}),
 		slot:    make(chan struct{}, 1),
 		members: make(map[string]*Shared),
 		wake:    make(chan struct{}, 1),
 	}
 	g.ctx, g.stop = context.WithCancel(context.Background())
-	return g
+	return g, nil
 }
 
 // register adds the degraded gauge (with Options.Metrics).
@@ -194,8 +211,8 @@ const channelSuffix = "}:changes"
 // before.
 func (g *Group) start(first *Shared) {
 	deadline := time.Now().Add(g.o.Budget)
-	sub := g.o.Client.Subscribe(g.ctx)
-	_, _ = do(g, g.ctx, deadline, func(ctx context.Context) (struct{}, error) {
+	sub := g.cl.sub.Subscribe(g.ctx)
+	_, _ = doOn(g, g.cl.subConns, g.ctx, deadline, func(ctx context.Context) (struct{}, error) {
 		if g.lone {
 			return struct{}{}, sub.Subscribe(ctx, first.channel())
 		}
@@ -264,11 +281,14 @@ func (g *Group) notify() {
 }
 
 // Close ends the sharing of every key: their breakers go on alone. It
-// waits for the group's goroutine to end, and for a Redis operation in
-// flight to return (see Shared.Close).
+// does not wait on Redis: it closes the sharing's connections, so that an
+// operation in flight (and the subscription) ends at once, and waits for
+// that, and for the group's goroutine to end (and for a hook of
+// Options.Instrument's that is running: its time is its own).
 func (g *Group) Close() error {
 	g.closeMu.Do(func() {
 		g.stop()
+		g.cl.closeConns()
 		if g.started {
 			<-g.done
 		}
@@ -276,6 +296,7 @@ func (g *Group) Close() error {
 		g.closed = true
 		g.opsMu.Unlock()
 		g.ops.Wait()
+		g.cl.close()
 		g.mu.Lock()
 		ms := g.members
 		g.members = map[string]*Shared{}
@@ -311,78 +332,6 @@ var ErrClosed = errors.New("shared: closed")
 // the budget (Options.Budget), or had not yet answered the operation
 // before (one operation at a time).
 var ErrBudget = errors.New("shared: Redis did not answer within the budget")
-
-// op runs f within the budget; see do.
-func (g *Group) op(ctx context.Context, f func(ctx context.Context) error) error {
-	_, err := do(g, ctx, time.Now().Add(g.o.Budget), func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, f(ctx)
-	})
-	return err
-}
-
-// do runs f on a goroutine of its own with a context that ends at
-// deadline, and returns its result if it comes by then: past the deadline
-// it returns ErrBudget whatever the client does with the context (a client
-// without ContextTimeoutEnabled ignores it on socket I/O), and f's late
-// result is dropped. One operation runs at a time per group: an operation
-// that finds the last one still running waits for it until its own
-// deadline, so that nothing piles up behind a hung Redis. It records Redis
-// answering or not (an operation that ctx itself ended says nothing about
-// Redis).
-func do[T any](g *Group, ctx context.Context, deadline time.Time, f func(ctx context.Context) (T, error)) (T, error) {
-	var zero T
-	t := time.NewTimer(time.Until(deadline))
-	defer t.Stop()
-	type result struct {
-		v   T
-		err error
-	}
-	var r result
-	select {
-	case g.slot <- struct{}{}:
-		g.opsMu.Lock()
-		if g.closed {
-			g.opsMu.Unlock()
-			<-g.slot
-			return zero, ErrClosed
-		}
-		g.ops.Add(1)
-		g.opsMu.Unlock()
-		octx, cancel := context.WithDeadline(ctx, deadline)
-		stopOnClose := context.AfterFunc(g.ctx, cancel)
-		res := make(chan result, 1)
-		go func() {
-			defer g.ops.Done()
-			defer func() { <-g.slot }()
-			defer cancel()
-			defer stopOnClose()
-			v, err := f(octx)
-			if errors.Is(err, redis.Nil) {
-				err = nil
-			}
-			res <- result{v, err}
-		}()
-		select {
-		case r = <-res:
-		case <-t.C:
-			r.err = ErrBudget
-		case <-ctx.Done():
-			r.err = ctx.Err()
-		}
-	case <-t.C:
-		r.err = ErrBudget
-	case <-ctx.Done():
-		r.err = ctx.Err()
-	}
-	if ctx.Err() != nil {
-		return r.v, r.err
-	}
-	was := g.degraded.Swap(r.err != nil)
-	if was != (r.err != nil) && g.o.OnDegraded != nil {
-		g.o.OnDegraded(r.err)
-	}
-	return r.v, r.err
-}
 
 // syncScript adds a key's calls and failures since the last sync to the
 // current second's buckets (KEYS[2], KEYS[3]; ARGV: the counts and the
@@ -426,8 +375,8 @@ func (g *Group) sync(ctx context.Context, ms []*Shared) ([]syncResult, error) {
 // would re-open the fleet on a healthy downstream.
 func (g *Group) syncUntil(ctx context.Context, deadline time.Time, ms []*Shared) ([]syncResult, error) {
 	// What the operation's goroutine reads is prepared here, and only
-	// that: it may outlive the budget, and the members are this
-	// goroutine's.
+	// that: the members are this goroutine's. A sync held (see own) drops
+	// its counts as a failed one does.
 	type prepared struct {
 		keys     []string
 		dc, df   uint64
@@ -450,8 +399,8 @@ func (g *Group) syncUntil(ctx context.Context, deadline time.Time, ms []*Shared)
 		vs  [][]any
 		mid time.Time // Redis read its clock between the send and the answer
 	}
-	a, err := do(g, ctx, deadline, func(ctx context.Context) (answer, error) {
-		pipe := g.o.Client.Pipeline()
+	a, err := own(g, ctx, deadline, func(ctx context.Context) (answer, error) {
+		pipe := g.cl.ops.Pipeline()
 		cmds := make([]*redis.Cmd, len(ps))
 		for i, p := range ps {
 			cmds[i] = pipe.Eval(ctx, syncScript, p.keys, p.dc, p.df, p.ttl)
@@ -506,10 +455,16 @@ func redisTime(secs, usecs any) (time.Time, bool) {
 	return time.Unix(sec, usec*1000), true
 }
 
-// run is the group's goroutine.
+// run is the group's goroutine. When it ends (Close, or a lone Share's
+// breaker evicted from a keyed set), the sharing's connections and
+// clients are closed: nothing of it is left waiting on Redis.
 func (g *Group) run(sub *redis.PubSub) {
 	defer close(g.done)
-	defer sub.Close()
+	defer func() {
+		g.cl.closeConns() // first: the subscription's lock may be held by a reconnect waiting on Redis
+		_ = sub.Close()
+		g.cl.close()
+	}()
 	ctx := g.ctx
 	msgs := sub.Channel()
 	tick := time.NewTicker(g.o.Sync)
@@ -619,11 +574,7 @@ func (g *Group) onEvents(ctx context.Context) {
 			m.reconcile(ctx)
 			m.armClaim()
 		case e.kind == evClaim:
-			if !e.until.Equal(m.claimed) {
-				m.claimed = e.until
-				m.claimRound(ctx, e.until)
-			}
-			m.armClaim()
+			g.claim(ctx, e)
 		case e.kind == evNew:
 			fresh = append(fresh, m)
 		}
@@ -642,11 +593,43 @@ func (g *Group) onEvents(ctx context.Context) {
 	}
 }
 
+// claim claims a member's probe round. Held by an operation that ran out
+// of its budget (see own), it is kept for the next tick, where claims come
+// first: a sync later, within the claim's lead on the stay's end (a sync
+// and two budgets), rather than given up (the instance would then probe
+// on its own). With no time left for that, it is tried at once, held or
+// not: one operation, within its budget.
+func (g *Group) claim(ctx context.Context, e event) {
+	m := e.m
+	held := g.held
+	if held && time.Until(e.until) > g.o.Sync+g.o.Budget {
+		g.claims = append(g.claims, e)
+		return
+	}
+	if !e.until.Equal(m.claimed) {
+		m.claimed = e.until
+		g.held = false
+		m.claimRound(ctx, e.until)
+		g.held = g.held || held
+	}
+	m.armClaim()
+}
+
 // onTick tells the fleet what it was not told, and syncs the members with
 // activity: counts out, the fleet's counts and state in; a member whose
 // fleet counts meet its rule trips.
 func (g *Group) onTick(ctx context.Context) {
 	g.ticks++
+	g.held = false
+	if len(g.claims) > 0 {
+		claims := g.claims
+		g.claims = nil
+		for _, e := range claims {
+			if !e.m.gone {
+				g.claim(ctx, e)
+			}
+		}
+	}
 	g.mu.Lock()
 	g.scan = g.scan[:0]
 	for _, m := range g.members {

@@ -67,13 +67,6 @@ func (c *opCounter) touch(cmd redis.Cmder) {
 	}
 }
 
-// counted is a client of srv whose operations c counts.
-func counted(t testing.TB, srv fleetRedis, c *opCounter) redis.UniversalClient {
-	cl := srv.universal(t)
-	cl.AddHook(c)
-	return cl
-}
-
 // keyedFleet is a fleet of instances, each with a keyed set of breakers
 // (one per key, keys "k0"…), shared through a Group or alone.
 type keyedFleet struct {
@@ -112,7 +105,7 @@ func (f keyedFleet) run(t testing.TB, srv fleetRedis, share bool) keyedRun {
 			continue
 		}
 		counters[i] = &opCounter{}
-		o := shared.Options{Client: counted(t, srv, counters[i]), Name: "hosts"}
+		o := shared.Options{Client: srv.universal(t), Name: "hosts", Instrument: instrument(counters[i])}
 		if f.skews != nil {
 			o = shared.WithSkew(o, f.skews[i])
 		}

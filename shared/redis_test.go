@@ -70,7 +70,7 @@ func (r *redisServer) kill() {
 
 func (r *redisServer) client(t testing.TB) *redis.Client {
 	c := redis.NewClient(&redis.Options{Addr: r.addr, MaxRetries: -1, DialTimeout: 50 * time.Millisecond,
-		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond})
+		ReadTimeout: 50 * time.Millisecond, WriteTimeout: 50 * time.Millisecond, MaintNotificationsConfig: noMaint()})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

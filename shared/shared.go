@@ -26,12 +26,16 @@
 //     stay at most, until that instance publishes the outcome: closed
 //     (they close) or open again (they follow). So the fleet sends
 //     HalfOpenProbes probes per round, not HalfOpenProbes per instance;
-//   - Redis down or slow: every operation has a deadline (Budget, 50 ms),
-//     held whatever the client's options (the operation is abandoned at
-//     it, one at a time); when one fails the instance goes on with its
-//     local breaker alone, says so (Options.OnDegraded, Shared.Degraded),
-//     and reads the state back when Redis answers again. The state key
-//     outlives instances: a restarted instance reads it at Share.
+//   - Redis down or slow: every operation ends within its deadline
+//     (Budget, 50 ms), whatever the client's options: it runs on
+//     connections of the sharing's own, closed at the deadline if it is
+//     still running, one operation at a time; after one runs out of time
+//     the sharing goroutine makes no other until its next sync. When one
+//     fails the instance goes on with its local breaker alone, says so
+//     (Options.OnDegraded, Shared.Degraded), and reads the state back when
+//     Redis answers again. Close does not wait on Redis (it closes those
+//     connections). The state key outlives instances: a restarted
+//     instance reads it at Share.
 //
 // One misbehaving instance cannot open the fleet on its own view: a remote
 // trip is followed only when the fleet's counts over the breaker's window
@@ -58,19 +62,21 @@ import (
 
 // Options configure a shared breaker.
 type Options struct {
-	// Client is the Redis client: a *redis.Client, a *redis.ClusterClient
-	// or a failover client (redis.UniversalClient). The budget holds
-	// whatever its options; with ContextTimeoutEnabled set, an operation
-	// abandoned at the budget also ends at once in the client (and Close
-	// does not wait for the client's own ReadTimeout).
+	// Client is the Redis client: a *redis.Client (a failover client is
+	// one) or a *redis.ClusterClient. The sharing does not run its
+	// operations on it: it makes two clients of its own with its options
+	// (address, dialer, credentials, TLS, database: one for its
+	// operations, one for its subscription), whose timeouts are the
+	// budget's whatever Client's (see Budget); so Client's hooks do not see
+	// them (see Instrument). Client itself is never closed nor changed.
 	Client redis.UniversalClient
 	// Name names the breaker in Redis: instances that share a breaker use
 	// the same Name (keys "callguard:breaker:{Name}:…"). A Group's names
 	// its keyed set: key k shares the breaker "Name/k".
 	Name string
-	// Budget bounds every Redis operation (default 50 ms), whatever the
-	// client does with context deadlines: past it, the operation is
-	// abandoned (its late answer dropped) and the instance goes on alone
+	// Budget bounds every Redis operation (default 50 ms), whatever
+	// Client's options: at it, the operation's connections are closed (it
+	// ends at once, its answer dropped) and the instance goes on alone
 	// until Redis answers again. One operation runs at a time: one that
 	// finds the last still running waits for it within its own budget.
 	Budget time.Duration
@@ -85,8 +91,16 @@ type Options struct {
 	// Metrics, if set, gets the gauge callguard.shared.degraded (1 while
 	// Redis does not answer, 0 otherwise), with callguard.breaker.name.
 	Metrics metric.MeterProvider
+	// Instrument, if set, is called with each of the sharing's own clients
+	// as it is made (at Share or NewGroup), to add hooks (tracing,
+	// metrics: redisotel.InstrumentTracing) that see its commands; its
+	// error fails Share or NewGroup. It must not run commands. A hook's
+	// own time is not bounded by the budget (Close waits for a hook that
+	// is running).
+	Instrument func(redis.UniversalClient) error
 
-	skew time.Duration // this instance's clock's error (tests only: export_test.go)
+	skew    time.Duration                             // this instance's clock's error (tests only: export_test.go)
+	observe func(took, late time.Duration, err error) // told when an operation returns (tests only: export_test.go)
 }
 
 // Shared is a breaker shared through Redis: alone (Share) or as a key of
@@ -151,13 +165,18 @@ func Share(b *breaker.Breaker, o Options) (*Shared, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
-	g := newGroup(o, true)
+	g, err := newGroup(o, true)
+	if err != nil {
+		return nil, err
+	}
 	sh, err := newMember(g, "", b)
 	if err != nil {
+		g.cl.close()
 		return nil, err
 	}
 	if err := g.register(); err != nil {
 		sh.finish()
+		g.cl.close()
 		return nil, err
 	}
 	g.members[""] = sh
@@ -204,14 +223,13 @@ func (sh *Shared) finish() {
 	})
 }
 
-// Close stops sharing: the breaker goes on alone. Alone (Share), it waits
-// for the sharing goroutine to end, and for a Redis operation in flight to
-// return: Close cancels its context, which ends it at once with a client
-// that honours contexts (redis.Options.ContextTimeoutEnabled); otherwise
-// the client's own timeouts end it. A group's key is removed at the
-// group's goroutine's next look (after the operation in flight, if any).
-// After Close, ForceOpen, Disable and Reset change the local breaker only,
-// and return ErrClosed.
+// Close stops sharing: the breaker goes on alone. It does not wait on
+// Redis. Alone (Share), it closes the sharing's connections, so that a
+// Redis operation in flight ends at once, and waits for that and for the
+// sharing goroutine to end (see Group.Close). A group's key is removed at
+// the group's goroutine's next look: after the operation in flight, if
+// any, within the budget. After Close, ForceOpen, Disable and Reset change
+// the local breaker only, and return ErrClosed.
 func (sh *Shared) Close() error {
 	if sh.g.lone {
 		return sh.g.Close()
@@ -340,8 +358,8 @@ func (sh *Shared) publishNatural(ctx context.Context, msg string, ttl time.Durat
 		keys = append(keys, sh.windowKeys(sh.serverSec())...)
 	}
 	now := strconv.FormatInt(sh.toServer(time.Now()), 10)
-	return do(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (string, error) {
-		return sh.g.o.Client.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.g.id).Text()
+	return own(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (string, error) {
+		return sh.g.cl.ops.Eval(ctx, naturalScript, keys, msg, max(ttl, time.Millisecond).Milliseconds(), now, sh.g.id).Text()
 	})
 }
 
@@ -370,7 +388,7 @@ func (sh *Shared) probeKey() string { return sh.prefix + "probe" }
 func (sh *Shared) operator(ctx context.Context, verb string) error {
 	msg := verb + " " + sh.g.id
 	return sh.g.op(ctx, func(ctx context.Context) error {
-		p := sh.g.o.Client.TxPipeline()
+		p := sh.g.cl.ops.TxPipeline()
 		p.Set(ctx, sh.stateKey(), msg, 0)
 		p.Publish(ctx, sh.channel(), msg)
 		if verb == "reset" {
@@ -593,8 +611,8 @@ func (sh *Shared) claimRound(ctx context.Context, until time.Time) {
 		won   bool
 		until time.Time
 	}
-	c, err := do(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (claimed, error) {
-		v, err := sh.g.o.Client.Eval(ctx, claimScript, keys, sh.g.id, strconv.FormatInt(sh.toServer(until), 10), max(ttl, 1)).Slice()
+	c, err := own(sh.g, ctx, time.Now().Add(sh.g.o.Budget), func(ctx context.Context) (claimed, error) {
+		v, err := sh.g.cl.ops.Eval(ctx, claimScript, keys, sh.g.id, strconv.FormatInt(sh.toServer(until), 10), max(ttl, 1)).Slice()
 		if err != nil || len(v) != 2 {
 			return claimed{}, err
 		}
