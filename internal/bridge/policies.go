@@ -28,7 +28,7 @@ type Timeout struct {
 	// its ceiling or its caller's deadline did; scout: Start said so), and
 	// returns what a scout's end says of the attempts the timeout
 	// cut (see Verdict; the zero Verdict for any other attempt).
-	Observe func(start time.Time, err error, fired, scout bool) Verdict
+	Observe  func(start time.Time, err error, fired, scout bool) Verdict
 	Min, Max time.Duration // adaptive: its bounds
 
 	// Declared are the quantiles given with timeout.Latency, by
