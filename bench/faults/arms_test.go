@@ -44,10 +44,10 @@ func armsOf(proto string) []string {
 
 // armConfigs say how each arm is configured, for the report.
 var armConfigs = []struct{ name, config string }{
-	{armStandard, "`grpcmw.Standard(preset.Settings{}, grpcmw.AllIdempotent())` with its `DialOptions()`; `httpmw.Standard(base, preset.Settings{})`: retry 3 attempts (100 ms → 1 s) → adaptive limit → breaker (10 consecutive failures or 79 % of attempts, open 1 s, 2 of 3 probes) → adaptive attempt timeout from 300 ms"},
+	{armStandard, "`grpcmw.Standard(preset.Settings{}, grpcmw.AllIdempotent())` with its `DialOptions()`; `httpmw.Standard(base, preset.Settings{})`: retry 3 attempts (100 ms → 1 s) → adaptive limit → breaker (10 consecutive failures over at least 500 ms, open 1 s, 2 of 3 probes) → adaptive attempt timeout from 300 ms (scouts in doubt)"},
 	{armPlain, "no policy: `grpc.NewClient` with its defaults; an `http.Client` on the base transport"},
 	{armGRPCRetry, "grpc-go's retry from a service config: maxAttempts 3, initialBackoff 0.1s, maxBackoff 1s, backoffMultiplier 2, retryableStatusCodes UNAVAILABLE"},
-	{armFailsafe, "failsafe-go v0.9.8 at the preset's numbers, outermost first: retry 3 attempts, backoff 100 ms → 1 s ×2, jitter 0.2, an open breaker not retried (failsafegrpc's retry builder, which retries Unavailable, DeadlineExceeded and ResourceExhausted, plus a cut attempt; failsafehttp's, which retries transport errors, 5xx but 501, and 429); breaker opens on 10 consecutive failures (over HTTP: transport errors, 5xx, 429), open 1 s, closes on 2 of 3 probes; timeout 300 ms per attempt; `failsafegrpc.NewUnaryClientInterceptor` with `grpc.WithDisableRetry()`, `failsafehttp.NewRoundTripper`"},
+	{armFailsafe, "failsafe-go v0.9.8 at the preset's numbers, outermost first: retry 3 attempts, backoff 100 ms → 1 s ×2, jitter 0.2, an open breaker not retried (failsafegrpc's retry builder, which retries Unavailable, DeadlineExceeded and ResourceExhausted, plus a cut attempt; failsafehttp's, which retries transport errors, 5xx but 501, and 429); breaker opens on 10 consecutive failures (over HTTP: transport errors, 5xx, 429; failsafe-go has no rule on how long the run lasts, the preset's 500 ms), open 1 s, closes on 2 of 3 probes; timeout 300 ms per attempt; `failsafegrpc.NewUnaryClientInterceptor` with `grpc.WithDisableRetry()`, `failsafehttp.NewRoundTripper`"},
 }
 
 // The numbers every arm shares.
