@@ -73,13 +73,15 @@ func TestWhatIfExplains(t *testing.T) {
 		`"healed N s after it started" is when the downstream itself is healthy again`,
 		"W1 outage: every request refused at once", "W2 blackhole: every answer hangs", "W3 hang20: 20 % of the answers hang",
 		"W5 capacity30-deep: the same with a queue of 1000",
+		"W8 delay100: every answer comes 100 ms later", "W11 bimodal10: 10 % of the answers come 500 to 800 ms later",
+		"W12 client-stall: the callers' own host stalls every 2 s",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(legend), " "), want) {
 			t.Errorf("the legend lacks %q:\n%s", want, legend)
 		}
 	}
-	if len(r.Tables) != 7 {
-		t.Fatalf("%d tables, want 7", len(r.Tables))
+	if len(r.Tables) != len(scenario.Scenarios) {
+		t.Fatalf("%d tables, want one per scenario (%d)", len(r.Tables), len(scenario.Scenarios))
 	}
 	for _, c := range r.Tables[0].Columns[1:] {
 		if !strings.Contains(legend, "    "+c+": ") {
@@ -208,6 +210,7 @@ func TestWhatIfOnly(t *testing.T) {
 		{"W2", []string{"W2"}},
 		{"w4, blackhole", []string{"W2", "W4"}},
 		{"capacity30", []string{"W4", "W5"}},
+		{"delay, W12", []string{"W8", "W9", "W10", "W12"}},
 	} {
 		t.Run(tc.only, func(t *testing.T) {
 			r, _ := whatIfRun(t, "--chain", "../../spec/testdata/example.yaml", "--only", tc.only)
@@ -322,15 +325,16 @@ const (
 )
 
 // whatIfCapture is what docs/lab.md shows: the lab's output for the
-// example chain's blackhole, the file named as from the repository's root,
-// without the run's elapsed time.
+// example chain's blackhole and its first slowdown (every answer 100 ms
+// later), the file named as from the repository's root, without the run's
+// elapsed time.
 func whatIfCapture(t *testing.T) string {
 	t.Helper()
-	_, out := whatIfRun(t, "--chain", whatIfFile, "--only", "W2")
+	_, out := whatIfRun(t, "--chain", whatIfFile, "--only", "W2,W8")
 	out = strings.ReplaceAll(out, whatIfFile, strings.TrimPrefix(whatIfFile, "../../"))
 	out = strings.TrimRight(out, "\n")
 	if i := strings.LastIndex(out, "\n"); i >= 0 && strings.Contains(out[i:], " in ") {
-		out = out[:i] // "1 scenarios in 300ms (…)."
+		out = out[:i] // "2 scenarios in 300ms (…)."
 	}
 	return strings.TrimRight(out, "\n") + "\n"
 }
