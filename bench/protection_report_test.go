@@ -33,11 +33,11 @@ const (
 	errorCostSuffix = "-errors2ms"
 )
 
-// sweepCells are the sweep's cells: every scenario under every load
-// against the model, then the scenarios whose answers are errors (the
+// sweepCells are the sweep's cells: every failure under every load
+// against the model, then the failures whose answers are errors (the
 // ramp) again against the model with errors costing fastErrors, the
-// scenario's name marked errorCostSuffix. With -cells, only the cells
-// whose "scenario/load" matches.
+// scenario's name marked errorCostSuffix, then every slowdown under every
+// load. With -cells, only the cells whose "scenario/load" matches.
 func sweepCells() []sweepCell {
 	var out []sweepCell
 	add := func(srv scenario.Server, sc scenario.Scenario) {
@@ -47,16 +47,19 @@ func sweepCells() []sweepCell {
 			}
 		}
 	}
-	for _, sc := range scenario.Scenarios {
+	for _, sc := range scenario.Failures {
 		add(scenario.Model, sc)
 	}
-	for _, sc := range scenario.Scenarios {
+	for _, sc := range scenario.Failures {
 		if sc.Name == "ramp" {
 			srv := scenario.Model
 			srv.ErrorCost = fastErrors
 			sc.Name += errorCostSuffix
 			add(srv, sc)
 		}
+	}
+	for _, sc := range scenario.Slowdowns {
+		add(scenario.Model, sc)
 	}
 	return out
 }
@@ -175,6 +178,7 @@ func (s sweep) tables() string {
 				r.stack.name, med, lo, hi, gf, ga, amp, p50, p99, secs(det), secs(rec), wst, q, map[bool]string{true: "yes", false: "no"}[meta > 0])
 		}
 	}
+	b.WriteString(s.slowdowns())
 	b.WriteString("\n### callguard against each peer (successes, wins / losses / ties over the cells)\n\n")
 	for _, peer := range []string{"failsafe", "failsafe-budget", "handwired", "failsafe-same", "handwired-same", "failsafe-same+throttler", "failsafe-same+limiter", "failsafe-same+bulkhead", "failsafe-parity", "handwired-parity", "cg-no-limit", "cg-counts-refusals", "none", "naive-retry"} {
 		w, l, tie := 0, 0, 0
