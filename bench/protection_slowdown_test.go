@@ -1,12 +1,18 @@
 package bench
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 
+	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/internal/scenario"
+	"github.com/callguard/callguard/limit"
 )
 
 // The slowdowns (scenario.Slowdowns): the downstream gets slower and stays
@@ -126,4 +132,51 @@ func TestSlowdownsTable(t *testing.T) {
 	if strings.Contains(out, "outage") {
 		t.Errorf("a failure cell in the slowdowns' table:\n%s", out)
 	}
+}
+
+// TestSlowdownsKeepTheBreakerClosed: in every slowdown cell, both loads,
+// every seed, the recommended chain's breaker refuses no request — the
+// downstream answers every call, later — so what callguard refuses there
+// is its limit's (limit.ErrLimited), logged by cell and seed.
+func TestSlowdownsKeepTheBreakerClosed(t *testing.T) {
+	for _, sc := range scenario.Slowdowns {
+		for _, ld := range scenario.Loads {
+			var byLimit []int64
+			for _, seed := range seeds {
+				open, limited := refusals(t, scenario.Cell{Server: scenario.Model, Scenario: sc, Load: ld, Seed: seed}, recommended)
+				if open != 0 {
+					t.Errorf("%s/%s, seed %d: the breaker refused %d requests of a downstream that answers every call", sc.Name, ld.Name, seed, open)
+				}
+				byLimit = append(byLimit, limited)
+			}
+			t.Logf("%s/%s: requests refused by the limit, seeds 1 to %d: %v", sc.Name, ld.Name, len(seeds), byLimit)
+		}
+	}
+}
+
+// refusals runs c in cell and counts the requests its breaker refused
+// and those its limit refused.
+func refusals(t *testing.T, cell scenario.Cell, c cg) (open, limited int64) {
+	t.Helper()
+	var o, l atomic.Int64
+	synctest.Test(t, func(t *testing.T) {
+		st, err := c.stack(cell.Seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counting := scenario.StackFunc(func(ctx context.Context, call func(context.Context) error) error {
+			err := st.Do(ctx, call)
+			switch {
+			case errors.Is(err, breaker.ErrOpen):
+				o.Add(1)
+			case errors.Is(err, limit.ErrLimited):
+				l.Add(1)
+			}
+			return err
+		})
+		if _, err := scenario.Run(cell, counting); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return o.Load(), l.Load()
 }
