@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/callguard/callguard/internal/scenario"
 )
 
 // TestMain lets the test binary be the lab's downstream process too, as the
@@ -86,8 +88,8 @@ func TestWhatIf(t *testing.T) {
 	if err := json.Unmarshal(b, &r); err != nil {
 		t.Fatal(err)
 	}
-	if len(r.Tables) != 7 {
-		t.Fatalf("%d tables, want one per scenario (7)", len(r.Tables))
+	if len(r.Tables) != len(scenario.Scenarios) {
+		t.Fatalf("%d tables, want one per scenario (%d)", len(r.Tables), len(scenario.Scenarios))
 	}
 	if !strings.Contains(stdout.String(), "already in the canonical order") {
 		t.Errorf("the example is in the canonical order, and the lab should say so:\n%s", stdout.String())

@@ -73,13 +73,15 @@ func TestWhatIfExplains(t *testing.T) {
 		`"healed N s after it started" is when the downstream itself is healthy again`,
 		"W1 outage: every request refused at once", "W2 blackhole: every answer hangs", "W3 hang20: 20 % of the answers hang",
 		"W5 capacity30-deep: the same with a queue of 1000",
+		"W8 delay100: every answer comes 100 ms later", "W11 bimodal10: 10 % of the answers come 500 to 800 ms later",
+		"W12 client-stall: the callers' own host stalls every 2 s",
 	} {
 		if !strings.Contains(strings.Join(strings.Fields(legend), " "), want) {
 			t.Errorf("the legend lacks %q:\n%s", want, legend)
 		}
 	}
-	if len(r.Tables) != 7 {
-		t.Fatalf("%d tables, want 7", len(r.Tables))
+	if len(r.Tables) != len(scenario.Scenarios) {
+		t.Fatalf("%d tables, want one per scenario (%d)", len(r.Tables), len(scenario.Scenarios))
 	}
 	for _, c := range r.Tables[0].Columns[1:] {
 		if !strings.Contains(legend, "    "+c+": ") {
@@ -208,6 +210,7 @@ func TestWhatIfOnly(t *testing.T) {
 		{"W2", []string{"W2"}},
 		{"w4, blackhole", []string{"W2", "W4"}},
 		{"capacity30", []string{"W4", "W5"}},
+		{"delay, W12", []string{"W8", "W9", "W10", "W12"}},
 	} {
 		t.Run(tc.only, func(t *testing.T) {
 			r, _ := whatIfRun(t, "--chain", "../../spec/testdata/example.yaml", "--only", tc.only)
@@ -316,91 +319,6 @@ func TestWhatIfLive(t *testing.T) {
 }
 
 // The what-if's captured run in docs/lab.md.
-const (
-	whatIfMarker = "<!-- What-if: written by `go test ./cmd/callguard-lab -run TestWriteWhatIfDocs -write-docs`; TestWhatIfDocs checks it still reads as the lab prints. -->"
-	whatIfFile   = "../../spec/testdata/example.yaml"
-)
-
-// whatIfCapture is what docs/lab.md shows: the lab's output for the
-// example chain's blackhole, the file named as from the repository's root,
-// without the run's elapsed time.
-func whatIfCapture(t *testing.T) string {
-	t.Helper()
-	_, out := whatIfRun(t, "--chain", whatIfFile, "--only", "W2")
-	out = strings.ReplaceAll(out, whatIfFile, strings.TrimPrefix(whatIfFile, "../../"))
-	out = strings.TrimRight(out, "\n")
-	if i := strings.LastIndex(out, "\n"); i >= 0 && strings.Contains(out[i:], " in ") {
-		out = out[:i] // "1 scenarios in 300ms (…)."
-	}
-	return strings.TrimRight(out, "\n") + "\n"
-}
-
-// docsBlock returns docs/lab.md, and where its what-if block's text
-// starts and ends.
-func docsBlock(t *testing.T) (doc string, from, to int) {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "lab.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc = string(b)
-	i := strings.Index(doc, whatIfMarker)
-	if i < 0 {
-		t.Fatal("docs/lab.md has no what-if marker")
-	}
-	open := strings.Index(doc[i:], "```\n")
-	if open < 0 {
-		t.Fatal("docs/lab.md: no block after the what-if marker")
-	}
-	from = i + open + len("```\n")
-	end := strings.Index(doc[from:], "```\n")
-	if end < 0 {
-		t.Fatal("docs/lab.md: the what-if block does not end")
-	}
-	return doc, from, from + end
-}
-
-// TestWriteWhatIfDocs regenerates docs/lab.md's what-if run:
-//
-//	go test ./cmd/callguard-lab -run TestWriteWhatIfDocs -write-docs
-func TestWriteWhatIfDocs(t *testing.T) {
-	if !*writeDocs {
-		t.Skip("with -write-docs")
-	}
-	out := whatIfCapture(t)
-	doc, from, to := docsBlock(t)
-	if err := os.WriteFile(filepath.Join("..", "..", "docs", "lab.md"), []byte(doc[:from]+out+doc[to:]), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestWhatIfDocs: docs/lab.md's what-if run reads as the lab prints it
-// now, its numbers aside (a retry's jitter moves them between runs).
-func TestWhatIfDocs(t *testing.T) {
-	doc, from, to := docsBlock(t)
-	digits := regexp.MustCompile(`[0-9][0-9.,]*|-{2,}|\s+`)
-	norm := func(s string) []string {
-		return strings.Split(digits.ReplaceAllStringFunc(strings.TrimSpace(s), func(m string) string {
-			switch {
-			case m[0] == '-':
-				return "-"
-			case strings.TrimSpace(m) == "":
-				return " "
-			}
-			return "#"
-		}), " ")
-	}
-	got, want := norm(whatIfCapture(t)), norm(doc[from:to])
-	if !slices.Equal(got, want) {
-		i := 0
-		for i < min(len(got), len(want)) && got[i] == want[i] {
-			i++
-		}
-		t.Errorf("docs/lab.md's what-if run differs from the lab's output at word %d: %q, the lab prints %q; regenerate it:\n\tgo test ./cmd/callguard-lab -run TestWriteWhatIfDocs -write-docs",
-			i, strings.Join(want[i:min(len(want), i+8)], " "), strings.Join(got[i:min(len(got), i+8)], " "))
-	}
-}
-
 // TestMetastabilityJudged: live, a row is judged metastable from the run
 // at the scenario's own durations in virtual time, and the live run's
 // judgement is said beside it where they differ; in virtual time, from

@@ -9,7 +9,11 @@ import "time"
 //
 //   - The load offers its Rate (open loop), or Callers / Pace (closed
 //     loop: each caller at most once a pace, which a caller reaches when
-//     its requests end within a pace, as healthy ones do).
+//     its requests end within a pace, as healthy ones do); while every
+//     answer comes a Delay later, a closed loop's caller makes at most one
+//     request a Delay. Answers that come later still (Late) and a stall of
+//     the callers' host are not counted: no stack knows which answer will
+//     be late, a hedge may dodge one, and a stall is the callers' own.
 //   - The downstream gives nothing while it is down or every answer hangs;
 //     while a share e of its answers are errors, each costing its worker
 //     ErrorCost (the service time when 0), and it has a share c of its
@@ -31,7 +35,8 @@ import "time"
 func Ceiling(srv Server, sc Scenario, ld Load) float64 {
 	offered := ld.Rate
 	overlap := ld.Rate * ld.Deadline.Seconds()
-	if offered <= 0 && ld.Pace > 0 {
+	closed := offered <= 0 && ld.Pace > 0
+	if closed {
 		offered = float64(ld.Callers) / ld.Pace.Seconds()
 		overlap = float64(ld.Callers)
 	}
@@ -61,7 +66,11 @@ func Ceiling(srv Server, sc Scenario, ld Load) float64 {
 			cost = srv.ErrorCost.Seconds()
 		}
 		perSuccess := ((1-e)*service + e*cost) / c / (1 - e) // worker seconds a success takes
-		give := min(offered, float64(srv.Workers)/perSuccess)
+		offers := offered
+		if closed && f.Delay > ld.Pace {
+			offers = float64(ld.Callers) / f.Delay.Seconds()
+		}
+		give := min(offers, float64(srv.Workers)/perSuccess)
 		if down {
 			total += overlap * give / offered // as many as it then gives
 			down = false

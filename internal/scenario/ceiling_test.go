@@ -54,6 +54,15 @@ func TestCeiling(t *testing.T) {
 		{Model, "capacity30-deep", closed, 0.3*capacity*30 + 200*30},
 		{Model, "ramp", open, ramp(Model)},
 		{cheap, "ramp", open, ramp(cheap)},
+		// The slowdowns: the downstream gives every request; a closed
+		// loop's caller makes at most one a Delay once the Delay is past
+		// its pace.
+		{Model, "delay100", open, rate * 60},
+		{Model, "delay100", closed, 200 * 60},                                             // a Delay of one pace
+		{Model, "delay200", closed, 100*30 + 200*30},                                      // one request every 200 ms during the fault
+		{Model, "delay-ramp", closed, 200*10 + 2000*(harmonic(30)-harmonic(10)) + 200*30}, // 20 / (10 ms × k) in its k-th second, from k = 11
+		{Model, "bimodal10", closed, 200 * 60},                                            // the late answers not counted
+		{Model, "client-stall", open, rate * 60},                                          // the stalls are the callers' own
 	} {
 		got := Ceiling(c.srv, byName[c.scenario], c.load)
 		if math.Abs(got-c.want) > 0.002*c.want+1 {
@@ -98,4 +107,13 @@ func TestErrorCost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// harmonic is 1 + 1/2 + … + 1/n.
+func harmonic(n int) float64 {
+	var h float64
+	for k := 1; k <= n; k++ {
+		h += 1 / float64(k)
+	}
+	return h
 }

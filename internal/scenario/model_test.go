@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"errors"
 	"math"
 	"slices"
 	"sync/atomic"
@@ -77,8 +78,8 @@ func TestRunNone(t *testing.T) {
 				if math.Abs(res.Baseline-rate) > 0.1*rate {
 					t.Errorf("warm-up goodput: got %.1f/s, want the offered %.1f/s ± 10 %%", res.Baseline, rate)
 				}
-				if res.Detect != -1 || res.Amplification != 1 {
-					t.Errorf("detect %v, amplification %.2f; want none and 1", res.Detect, res.Amplification)
+				if res.Detect != -1 || res.Refused != 0 || res.Amplification != 1 {
+					t.Errorf("detect %v, %d refused, amplification %.2f; want none, 0 and 1", res.Detect, res.Refused, res.Amplification)
 				}
 				t.Logf("%s: %d successes of %d, fault %.1f/s, after %.1f/s, p50 %v p99 %v, recover %v, wasted %v, queue %.1f (max %d), metastable %t",
 					sc.Name, res.Successes, res.Requests, res.GoodputFault, res.GoodputAfter, res.P50, res.P99, res.Recover, res.Wasted, res.QueueMean, res.QueueMax, res.Metastable)
@@ -137,9 +138,33 @@ func TestFaultWindows(t *testing.T) {
 		{byName["ramp"], [][2]time.Duration{{20 * s, 50 * s}}},
 		{byName["flapping"], [][2]time.Duration{{20 * s, 25 * s}, {30 * s, 35 * s}, {40 * s, 45 * s}, {50 * s, 55 * s}}},
 		{byName["flapping"].Scaled(0.1), [][2]time.Duration{{2 * s, 2500 * time.Millisecond}, {3 * s, 3500 * time.Millisecond}, {4 * s, 4500 * time.Millisecond}, {5 * s, 5500 * time.Millisecond}}},
+		{byName["delay100"], [][2]time.Duration{{20 * s, 50 * s}}},
+		{byName["delay-ramp"], [][2]time.Duration{{20 * s, 50 * s}}},
 	} {
 		if got := c.sc.FaultWindows(); !slices.Equal(got, c.want) {
 			t.Errorf("%s: %v, want %v", c.sc.Name, got, c.want)
 		}
 	}
+}
+
+// TestRefused: a request that fails without a downstream call counts as
+// refused; one that reaches the downstream does not.
+func TestRefused(t *testing.T) {
+	errRefused := errors.New("refused")
+	var n atomic.Int64
+	every2nd := StackFunc(func(ctx context.Context, call func(context.Context) error) error {
+		if n.Add(1)%2 == 0 {
+			return errRefused
+		}
+		return call(ctx)
+	})
+	synctest.Test(t, func(t *testing.T) {
+		res, err := Run(Cell{Server: Model, Scenario: Scenarios[0], Load: Loads[1], Seed: 1}, every2nd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := res.Refused - res.Requests/2; d < -1 || d > 1 {
+			t.Errorf("%d refused of %d requests, want half", res.Refused, res.Requests)
+		}
+	})
 }

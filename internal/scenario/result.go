@@ -24,6 +24,10 @@ type Result struct {
 	// Detect is when the first request failed without reaching the
 	// downstream (a breaker rejected it), from F; -1 if none did.
 	Detect time.Duration
+	// Refused is the requests started in [F, F+H) that failed without
+	// reaching the downstream: refused by the stack (a breaker, a limit, a
+	// throttle).
+	Refused int
 	// Recover is when, from F, the share of requests that succeed is back
 	// to 95 % of the warm-up's, for three seconds in a row, once the
 	// downstream has healed (Scenario.Healed); -1 if not within the
@@ -91,8 +95,11 @@ func measure(sc Scenario, reqs []request, rec Record) Result {
 				faultReqs++
 				faultCalls += int(r.calls)
 			}
-			if !r.ok && r.calls == 0 && (res.Detect < 0 || r.start-F < res.Detect) {
-				res.Detect = r.start - F
+			if !r.ok && r.calls == 0 {
+				res.Refused++
+				if res.Detect < 0 || r.start-F < res.Detect {
+					res.Detect = r.start - F
+				}
 			}
 		}
 		if r.ok && r.end >= warmFrom && r.end < F {

@@ -105,12 +105,17 @@ type Cell struct {
 }
 
 // Scaled returns the scenario with its timeline — warm-up, fault, horizon,
-// and the fault's own changes — k times as long; the server's service
-// times are not scaled.
+// and the fault's own changes, a stall of the callers' host among them —
+// k times as long; the server's service times and the answers' delays are
+// not scaled.
 func (sc Scenario) Scaled(k float64) Scenario {
 	f := sc.Fault
 	scale := func(d time.Duration) time.Duration { return time.Duration(float64(d) * k) }
-	sc.Fault = func(since time.Duration) Fault { return f(time.Duration(float64(since) / k)) }
+	sc.Fault = func(since time.Duration) Fault {
+		fault := f(time.Duration(float64(since) / k))
+		fault.Stall = scale(fault.Stall)
+		return fault
+	}
 	sc.Start, sc.Length, sc.Horizon, sc.Healed, sc.Unit = scale(sc.Start), scale(sc.Length), scale(sc.Horizon), scale(sc.Healed), scale(sc.unit())
 	sc.scale = sc.scaledBy() * k
 	return sc

@@ -1,6 +1,9 @@
 package scenario
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // The model of the protection benchmark: a downstream of 10 workers with
 // lognormal service times (p50 20 ms, p99 200 ms: a mean of 32.6 ms, so a
@@ -14,8 +17,13 @@ const (
 	horizon = 60 * time.Second
 )
 
-// Scenarios are the faults of the protection benchmark.
-var Scenarios = []Scenario{
+// Scenarios are the faults of the protection benchmark: the downstream's
+// failures, then its slowdowns.
+var Scenarios = slices.Concat(Failures, Slowdowns)
+
+// Failures are the faults where the downstream refuses, hangs, fails or
+// loses capacity.
+var Failures = []Scenario{
 	{
 		Name:  "outage", // every request refused at once for 30 s
 		About: "every request refused at once",
@@ -67,6 +75,55 @@ var Scenarios = []Scenario{
 			return Fault{Down: since%(10*time.Second) < 5*time.Second}
 		},
 		Start: warmUp, Length: 35 * time.Second, Horizon: horizon, Healed: 35 * time.Second,
+	},
+}
+
+// Slowdowns are the faults where the downstream gets slower and stays
+// healthy: its capacity intact, every answer coming, only later (a slower
+// network, a second mode of latency), or the callers' own host stalling.
+// A plain client with the callers' deadline loses almost nothing in them;
+// a resilience stack must not lose more.
+var Slowdowns = []Scenario{
+	{
+		Name:  "delay100", // every answer 100 ms later for 30 s
+		About: "every answer comes 100 ms later (5 × the healthy p50), the workers free: a slower network",
+		Fault: func(time.Duration) Fault { return Fault{Delay: 100 * time.Millisecond} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "delay200", // every answer 200 ms later for 30 s
+		About: "every answer comes 200 ms later (10 × the healthy p50), the workers free",
+		Fault: func(time.Duration) Fault { return Fault{Delay: 200 * time.Millisecond} },
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "delay-ramp", // the delay growing by 10 ms a second to 300 ms over 30 s, then gone
+		About: "the answers' delay grows by 10 ms a second, from 10 ms to 300 ms over the fault (30 s), the workers free, then drops back to none",
+		Fault: func(since time.Duration) Fault {
+			return Fault{Delay: 10 * time.Millisecond * (1 + since/time.Second)}
+		},
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "bimodal10", // 10 % of the answers 500-800 ms later for 30 s
+		About: "10 % of the answers come 500 to 800 ms later, the rest as usual, the workers free",
+		Fault: func(time.Duration) Fault {
+			return Fault{Late: 0.1, LateMin: 500 * time.Millisecond, LateMax: 800 * time.Millisecond}
+		},
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
+	},
+	{
+		Name:  "client-stall", // the callers' host stalls every 2 s for 200-300 ms, 30 s
+		About: "the callers' own host stalls every 2 s, for 200, 250 and 300 ms in turn: an answer that arrives in a stall is seen at its end; the downstream is healthy",
+		Fault: func(since time.Duration) Fault {
+			const every = 2 * time.Second
+			length := 200*time.Millisecond + 50*time.Millisecond*time.Duration(since/every%3)
+			if in := since % every; in < length {
+				return Fault{Stall: length - in}
+			}
+			return Fault{}
+		},
+		Start: warmUp, Length: 30 * time.Second, Horizon: horizon, Healed: 30 * time.Second,
 	},
 }
 

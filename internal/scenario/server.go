@@ -46,6 +46,21 @@ type Fault struct {
 	// what it would be: a tail of stragglers (hedging's case).
 	Slow   float64
 	SlowBy float64
+	// Delay is added to every answer on its way back to the caller (a
+	// network's latency): the worker is free once it has served the
+	// request, and the caller waits Delay more. A refusal comes back as
+	// late.
+	Delay time.Duration
+	// Late is the share of answers that come later still, by a time drawn
+	// uniformly in [LateMin, LateMax], their workers free as with Delay: a
+	// second mode of latency.
+	Late             float64
+	LateMin, LateMax time.Duration
+	// Stall is how much longer the caller's own host is stalled (not
+	// scheduled): an answer that arrives now is seen only then. The
+	// downstream is not at fault; the caller's timers (its deadline, a
+	// stack's timeouts) still fire on time.
+	Stall time.Duration
 }
 
 // The errors of a simulated downstream. All are worth retrying.
@@ -204,11 +219,15 @@ func (m *Sim) Call(ctx context.Context) error {
 	b := &m.queueBy[sec]
 	b.Sum, b.N, b.Most = b.Sum+float64(q), b.N+1, max(b.Most, q)
 	hang, draw, z := m.rng.Float64(), m.rng.Float64(), m.rng.NormFloat64()
+	back := f.Delay                             // the answer's way back
+	if f.Late > 0 && m.rng.Float64() < f.Late { // drawn only then: other scenarios keep their sequences
+		back += f.LateMin + time.Duration(m.rng.Float64()*float64(f.LateMax-f.LateMin))
+	}
 	switch {
 	case f.Down:
 		m.stats.Refused++
 		m.mu.Unlock()
-		return ErrDown
+		return m.arrive(ctx, back, ErrDown)
 	case hang < f.Hang:
 		m.stats.Hung++
 		m.mu.Unlock()
@@ -227,13 +246,39 @@ func (m *Sim) Call(ctx context.Context) error {
 		m.mu.Lock()
 		m.stats.Refused++
 		m.mu.Unlock()
-		return ErrOverloaded
+		return m.arrive(ctx, back, ErrOverloaded)
 	}
 	select {
 	case err := <-j.done:
-		return err
+		return m.arrive(ctx, back, err)
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// arrive brings an answer back to its caller: after back (the fault's
+// Delay and lateness, drawn when the request came), and, if the caller's
+// host is stalled when it arrives, once the stall ends. The caller may
+// give up on the way.
+func (m *Sim) arrive(ctx context.Context, back time.Duration, err error) error {
+	if back > 0 && !wait(ctx, back) {
+		return ctx.Err()
+	}
+	if s := m.fault().Stall; s > 0 && !wait(ctx, s) {
+		return ctx.Err()
+	}
+	return err
+}
+
+// wait waits d, or until ctx ends: false then.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 
