@@ -3,6 +3,7 @@ package limit
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -181,7 +182,8 @@ const DefaultShortWindow = 10
 //	longRtt  = longRtt·(1−2/(LongWindow+1)) + shortRtt·2/(LongWindow+1) (the first 10: their mean)
 //	if longRtt/shortRtt > 2 { longRtt *= 0.9 }          // recovering from an overload
 //	if inflight < limit/2 { stop }                      // the callers, not the limit, bound the load
-//	gradient = max(0.5, min(1, Tolerance·longRtt/shortRtt))
+//	median   = the median of the last ShortWindow samples (the upper middle one)
+//	gradient = max(0.5, min(1, Tolerance·longRtt/median))
 //	if shortRtt > DeadlineShare·budget { gradient = 0.5 } // a queue that takes the callers' time
 //	estimate = limit·(1−Smoothing) + (limit·gradient + QueueSize)·Smoothing
 //	(the fall's judgement, below, may hold the estimate or restore it)
@@ -196,6 +198,16 @@ const DefaultShortWindow = 10
 // the callers' time, where a cluster of slow answers times out attempts in
 // a row and opens a breaker on a downstream still serving
 // (docs/overload.md).
+//
+// The median is not Netflix's either: a share of answers far later than
+// the rest (a slow path, a cold cache) moved the average of the last ten
+// samples by a late one's whole weight, and the gradient with it, where a
+// queue raises every sample, and their median. And while the last sample
+// left the gradient at 1 (no round trip rising), the limit is a count, not
+// a wall: calls past it are admitted, up to MaxLimit (a client's stall, a
+// burst of late answers, piles calls in flight while no answer says
+// anything of the downstream); once a sample says the round trips rise,
+// the limit refuses past its count again.
 //
 // The fall's judgement is not Netflix's either. A round trip that moves
 // with the capacity intact (a longer route, a slower dependency: every
@@ -264,12 +276,15 @@ func (g gradient2) normalize() (Algorithm, error) {
 }
 
 func (g gradient2) engine(c *core, s Settings) engine {
+	c.over.Store(int64(s.MaxLimit))
 	return &gradient2Engine{
 		c: c, s: g.s,
 		min: float64(s.MinLimit), max: float64(s.MaxLimit),
 		estimate: float64(s.InitialLimit),
 		factor:   2 / (float64(g.s.LongWindow) + 1),
 		sfactor:  2 / (float64(g.s.ShortWindow) + 1),
+		recent:   make([]float64, 0, g.s.ShortWindow),
+		sorted:   make([]float64, 0, g.s.ShortWindow),
 	}
 }
 
@@ -284,6 +299,13 @@ type gradient2Engine struct {
 	estimate float64 // the limit, before its integer part is taken
 	longRtt  float64 // in nanoseconds
 	shortRtt float64 // in nanoseconds; 0 before the first sample
+	// recent is the last ShortWindow samples, oldest first from next,
+	// and sorted the same samples in order: the gradient reads their
+	// median. A share of answers far later than the rest (a slow path, a
+	// cold cache) moves their mean by a late one's whole weight, and the
+	// gradient with it, where a queue raises them all, and the median.
+	recent, sorted []float64
+	next           int
 	warm     int     // samples in longRtt, up to warmupSamples
 	fall     fall    // the limit falling on the long-term round trip
 }
@@ -309,6 +331,28 @@ const (
 )
 
 func (*gradient2Engine) timed() bool { return true }
+
+// push adds the sample r to the recent ones, the oldest leaving once there
+// are ShortWindow, and returns their median (the upper of the two middle
+// ones); the caller holds e.mu.
+func (e *gradient2Engine) push(r float64) float64 {
+	if len(e.recent) < cap(e.recent) {
+		e.recent = append(e.recent, r)
+		e.sorted = append(e.sorted, r)
+	} else {
+		old := e.recent[e.next]
+		e.recent[e.next] = r
+		e.next = (e.next + 1) % len(e.recent)
+		i, _ := slices.BinarySearch(e.sorted, old)
+		copy(e.sorted[i:], e.sorted[i+1:])
+		e.sorted[len(e.sorted)-1] = r
+	}
+	// Insertion: r is last in sorted; move it to its place.
+	for i := len(e.sorted) - 1; i > 0 && e.sorted[i-1] > e.sorted[i]; i-- {
+		e.sorted[i-1], e.sorted[i] = e.sorted[i], e.sorted[i-1]
+	}
+	return e.sorted[len(e.sorted)/2]
+}
 
 // What judgeFall says of a sample.
 const (
@@ -360,6 +404,7 @@ func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop b
 		e.shortRtt = e.shortRtt*(1-e.sfactor) + max(float64(rtt), 1)*e.sfactor
 	}
 	short := e.shortRtt
+	median := e.push(max(float64(rtt), 1))
 	if e.warm < warmupSamples {
 		e.longRtt = (e.longRtt*float64(e.warm) + short) / float64(e.warm+1)
 		e.warm++
@@ -369,14 +414,21 @@ func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop b
 	if e.longRtt/short > 2 {
 		e.longRtt *= 0.9
 	}
-	if float64(inflight) < e.estimate/2 {
-		e.mu.Unlock()
-		return
-	}
-	gradient := max(0.5, min(1, e.s.Tolerance*e.longRtt/short))
+	gradient := max(0.5, min(1, e.s.Tolerance*e.longRtt/median))
 	late := budget > 0 && e.s.DeadlineShare > 0 && short > e.s.DeadlineShare*float64(budget)
 	if late {
 		gradient = 0.5
+	}
+	// Past the limit while no round trip rises (see Gradient2): every
+	// sample says so, those of a limit the callers do not use too.
+	if gradient >= 1 {
+		e.c.over.Store(int64(e.max))
+	} else {
+		e.c.over.Store(0)
+	}
+	if float64(inflight) < e.estimate/2 {
+		e.mu.Unlock()
+		return
 	}
 	next := e.estimate*gradient + float64(e.s.QueueSize)
 	next = e.estimate*(1-e.s.Smoothing) + next*e.s.Smoothing

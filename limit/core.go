@@ -33,6 +33,9 @@ type core struct {
 	// and arrivals queue behind it.
 	pending atomic.Int64
 	queued  atomic.Int64 // waiters in the queue: Queued()
+	// over, while not 0, lets calls past limit, up to it: the limit's
+	// algorithm sees no congestion (see gradient2Engine.sample).
+	over atomic.Int64
 
 	maxQueue int
 	maxWait  time.Duration
@@ -72,7 +75,7 @@ func (c *core) init(limit, maxQueue int, maxWait time.Duration) {
 func (c *core) tryAcquire() int {
 	for {
 		n := c.inflight.Load()
-		if n >= c.limit.Load() {
+		if n >= c.limit.Load() && n >= c.over.Load() {
 			return 0
 		}
 		if c.inflight.CompareAndSwap(n, n+1) {

@@ -2,6 +2,7 @@ package limit_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,9 @@ type model struct {
 	share                            float64       // DeadlineShare (0: the line is skipped)
 	budget                           time.Duration // the calls' time left at admission (0: no deadline)
 
+	// the last 10 samples, whose median the gradient reads
+	recent []float64
+
 	// the fall's judgement: on a fall, its start's estimate; at 0.6 of
 	// it, the short-term round trip then and the samples since
 	falling     bool
@@ -33,6 +37,10 @@ func (m *model) sample(rtt time.Duration, inflight int) int {
 		m.short = m.short*(1-2.0/11) + float64(rtt)*2.0/11
 	}
 	short := m.short
+	m.recent = append(m.recent, float64(rtt))
+	if len(m.recent) > 10 {
+		m.recent = m.recent[1:]
+	}
 	if m.warm < 10 {
 		m.long = (m.long*float64(m.warm) + short) / float64(m.warm+1)
 		m.warm++
@@ -46,7 +54,8 @@ func (m *model) sample(rtt time.Duration, inflight int) int {
 	if float64(inflight) < m.estimate/2 {
 		return int(m.estimate)
 	}
-	g := max(0.5, min(1, m.tolerance*m.long/short))
+	sorted := slices.Sorted(slices.Values(m.recent))
+	g := max(0.5, min(1, m.tolerance*m.long/sorted[len(sorted)/2]))
 	late := m.budget > 0 && m.share > 0 && short > m.share*float64(m.budget)
 	if late {
 		g = 0.5

@@ -62,3 +62,91 @@ func TestGradient2LatencyShift(t *testing.T) {
 		}
 	})
 }
+
+// openLoad sends a call through l every 2.5 ms (400 a second, an open
+// loop: arrivals do not wait for answers) for 12 s, to a downstream with no
+// queue that answers a call started at since after rtt(since); it returns
+// the calls refused from 3 s on, and how many were made then.
+func openLoad(t *testing.T, l *limit.Limiter, rtt func(since time.Duration, rng *rand.Rand) time.Duration) (refused, calls int) {
+	t.Helper()
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(11, 9))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	tick := time.NewTicker(2500 * time.Microsecond)
+	defer tick.Stop()
+	for since := time.Duration(0); since < 12*time.Second; since = time.Since(start) {
+		<-tick.C
+		d := rtt(since, rng)
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			err := l.Do(ctx, func(context.Context) error {
+				time.Sleep(d)
+				return nil
+			})
+			if since >= 3*time.Second {
+				mu.Lock()
+				calls++
+				if err != nil {
+					refused++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return refused, calls
+}
+
+// TestGradient2LateShare: 400 calls a second; from 3 s on, one answer in
+// ten comes 500-800 ms late, the others in 2 ms, with the capacity intact
+// (no queue): some 26 calls in flight against a limit of 20. The mean
+// of the last ten samples jumps with each late one, and the gradient fell
+// with it: the limit refused calls the downstream would have answered. The
+// gradient reads their median: a share of late answers is not a queue.
+func TestGradient2LateShare(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLimiter(t, limit.Settings{})
+		refused, calls := openLoad(t, l, func(since time.Duration, rng *rand.Rand) time.Duration {
+			if since >= 3*time.Second && rng.Float64() < 0.1 {
+				return 500*time.Millisecond + time.Duration(rng.Int64N(int64(300*time.Millisecond)))
+			}
+			return 2 * time.Millisecond
+		})
+		if refused > 0 {
+			t.Errorf("%d of %d calls refused with one answer in ten late, want none", refused, calls)
+		}
+	})
+}
+
+// TestGradient2ClientStall: 400 calls a second; from 3 s on, the
+// client's host stalls for 250 ms every 2 s: an answer due in a stall is
+// seen at its end. Calls go
+// on arriving meanwhile, and the calls in flight pile up past the limit
+// while no answer says anything of the downstream: a limit that refuses
+// past its count refused them. It refuses past its count only while its
+// samples say the round trips are rising (the gradient below 1); without
+// that, it admits up to MaxLimit.
+func TestGradient2ClientStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := mustLimiter(t, limit.Settings{})
+		const every, stall = 2 * time.Second, 250 * time.Millisecond
+		refused, calls := openLoad(t, l, func(since time.Duration, rng *rand.Rand) time.Duration {
+			d := 2 * time.Millisecond
+			if since < 3*time.Second {
+				return d
+			}
+			if at := (since + d) % every; at < stall {
+				d += stall - at
+			}
+			return d
+		})
+		// At a stall's end the late answers all come at one instant, with
+		// new calls: in whichever order they meet, a few calls may find
+		// the gradient just fallen (0 to 7 of 3,600 over runs).
+		if 100*refused > calls {
+			t.Errorf("%d of %d calls refused with the client stalling, want at most 1 %%", refused, calls)
+		}
+	})
+}
