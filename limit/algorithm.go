@@ -306,8 +306,8 @@ type gradient2Engine struct {
 	// gradient with it, where a queue raises them all, and the median.
 	recent, sorted []float64
 	next           int
-	warm     int     // samples in longRtt, up to warmupSamples
-	fall     fall    // the limit falling on the long-term round trip
+	warm           int  // samples in longRtt, up to warmupSamples
+	fall           fall // the limit falling on the long-term round trip
 }
 
 // fall follows a fall of the limit that the long-term round trip decided:
