@@ -23,7 +23,7 @@ import (
 // the docs must not recommend what the lint warns about.
 func TestRecommendedChainsAreClean(t *testing.T) {
 	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.FitDeadline())
-	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, ConsecutiveFor: 500 * time.Millisecond, OpenTimeout: time.Second, HalfOpenSuccesses: 2, IsExcluded: grpcmw.Overloaded})
+	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, ConsecutiveFor: 500 * time.Millisecond, OpenTimeout: 800 * time.Millisecond, HalfOpenSuccesses: 2, IsExcluded: grpcmw.Overloaded})
 	attempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
 		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
 	}))
@@ -37,7 +37,7 @@ func TestRecommendedChainsAreClean(t *testing.T) {
 		t.Errorf("preset.Chain = %v, %v; README's long form %v", p, err, c)
 	}
 	// README's per-client chain for HTTP: the same with httpmw's refusals.
-	hb, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, ConsecutiveFor: 500 * time.Millisecond, OpenTimeout: time.Second, HalfOpenSuccesses: 2, IsExcluded: httpmw.Overloaded})
+	hb, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, ConsecutiveFor: 500 * time.Millisecond, OpenTimeout: 800 * time.Millisecond, HalfOpenSuccesses: 2, IsExcluded: httpmw.Overloaded})
 	hl, _ := limit.New(limit.Settings{})
 	hr, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.FitDeadline())
 	hattempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{

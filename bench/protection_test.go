@@ -353,7 +353,7 @@ var recommended = cg{
 	// as the adapters retry: an overload refusal (ResourceExhausted, 429)
 	// only when it says when, which the model's never do
 	noRefusalRetry: true,
-	open:           time.Second, successes: 2,
+	open:           preset.DefaultOpenTimeout, successes: 2,
 	attempt: 300 * time.Millisecond, adaptive: true, quantile: 0.99, window: 5 * time.Second, maxT: time.Second,
 }
 

@@ -5,7 +5,7 @@
 //	retry (3 attempts, 100 ms → 1 s, waits fit to the deadline) →
 //	limit (Gradient2) → breaker (10 consecutive failures over at least
 //	500 ms, with no success between: a downstream that is down or hung;
-//	open 1 s, 2 of 3 probes to close, overload refusals left to the
+//	open 800 ms, 2 of 3 probes to close, overload refusals left to the
 //	limit) → adaptive attempt timeout (p99 × 1.5 over 5 s, from 300 ms,
 //	at most 1 s)
 //
@@ -38,7 +38,7 @@ const (
 	DefaultMaxBackoff        = time.Second
 	DefaultAttemptTimeout    = 300 * time.Millisecond
 	DefaultMaxAttemptTimeout = time.Second
-	DefaultOpenTimeout       = time.Second
+	DefaultOpenTimeout       = 800 * time.Millisecond
 	DefaultHalfOpenSuccesses = 2
 	DefaultHedgeDelay        = 100 * time.Millisecond
 	DefaultRetryBudget       = 0.1

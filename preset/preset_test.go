@@ -30,7 +30,7 @@ func TestRecommended(t *testing.T) {
 		t.Errorf("findings %v, want none", fs)
 	}
 	s := c.String()
-	for _, want := range []string{"retry(3, FitDeadline)", "limit(Gradient2", "10 consecutive over 500ms, open 1s, 2 of 3 probes", "timeout(adaptive"} {
+	for _, want := range []string{"retry(3, FitDeadline)", "limit(Gradient2", "10 consecutive over 500ms, open 800ms, 2 of 3 probes", "timeout(adaptive"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("chain %s: no %q", s, want)
 		}

@@ -11,7 +11,7 @@ import (
 // breakerFields maps the file's field names to those of breaker.Settings,
 // whose errors (*breaker.SettingsError) name the latter.
 var breakerFields = []string{
-	"name", "consecutiveFailures", "failureRate", "window", "windowCalls", "minCalls",
+	"name", "consecutiveFailures", "consecutiveFor", "failureRate", "window", "windowCalls", "minCalls",
 	"slowCall", "slowCallRate", "openTimeout", "maxOpenTimeout", "halfOpenProbes",
 	"halfOpenSuccesses", "skipHalfOpen", "engine",
 }
@@ -37,6 +37,8 @@ func decodeBreaker(at, n *yaml.Node, path string) (*breaker.Settings, error) {
 			s.Name, err = text(v, p)
 		case "consecutiveFailures":
 			s.ConsecutiveFailures, err = count(v, p)
+		case "consecutiveFor":
+			s.ConsecutiveFor, err = duration(v, p)
 		case "failureRate":
 			s.FailureRate, err = number(v, p)
 		case "window":

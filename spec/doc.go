@@ -105,6 +105,7 @@
 //
 //	name: payments                 # Name
 //	consecutiveFailures: 10        # ConsecutiveFailures: a trip rule
+//	consecutiveFor: 500ms          # ConsecutiveFor: how long that run must last
 //	failureRate: 0.5               # FailureRate: a trip rule
 //	slowCallRate: 0.8              # SlowCallRate: a trip rule, with slowCall
 //	slowCall: 2s                   # SlowCall

@@ -65,7 +65,7 @@ func ExampleLoad() {
 	}
 	fmt.Println(c)
 	// Output:
-	// retry(3, FitDeadline) → breaker(10 consecutive or 79% of 10s, open 1s, 2 of 3 probes) → timeout(adaptive 300ms)
+	// retry(3, FitDeadline) → breaker(10 consecutive over 500ms, open 800ms, 2 of 3 probes) → timeout(adaptive 300ms)
 }
 
 // A fallback needs code, so it cannot be in the file: put it outermost in

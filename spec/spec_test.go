@@ -93,7 +93,7 @@ func TestYAMLAndJSONGiveEqualChains(t *testing.T) {
 // testdata/example.yaml is the README's recommended chain, built in Go.
 func TestExampleIsTheRecommendedChain(t *testing.T) {
 	r, _ := retry.New(retry.MaxAttempts(3), retry.Exponential(100*time.Millisecond, time.Second), retry.FitDeadline())
-	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, FailureRate: 0.79, OpenTimeout: time.Second, HalfOpenSuccesses: 2})
+	b, _ := breaker.New(breaker.Settings{ConsecutiveFailures: 10, ConsecutiveFor: 500 * time.Millisecond, OpenTimeout: 800 * time.Millisecond, HalfOpenSuccesses: 2})
 	attempt, _ := timeout.New(300*time.Millisecond, timeout.Adaptive(timeout.AdaptiveOptions{
 		Quantile: 0.99, Window: 5 * time.Second, Max: time.Second,
 	}))

@@ -20,51 +20,6 @@ var boundedCells = []string{
 	"http/reset-bursts", "grpc/limit-data",
 }
 
-// knownHarm are the cells that fail the invariant on today's core, each
-// with its cause in issue 33. By default they fail like any other cell;
-// with -faults.skip-known (or CALLGUARD_FAULTS_KNOWN_HARM=skip) a listed
-// cell that fails is skipped as known harm. Remove an entry when its
-// cause is fixed.
-var knownHarm = map[string]string{
-	// Measured failing on the core of 2026-12-07 (docs/faults.md); the
-	// causes are issue 33's.
-	"grpc/latency-100ms":  slower,
-	"http/latency-100ms":  slower,
-	"nginx/latency-100ms": slower,
-	"grpc/shift-x2":       slower,
-	"http/shift-x2":       slower,
-	"grpc/shift-x10":      slower,
-	"http/shift-x10":      slower,
-	"grpc/shift-x100":     slower,
-	"http/shift-x100":     slower,
-	"grpc/jitter":         slower,
-	"http/jitter":         slower,
-	"http/bandwidth":      slower,
-	"nginx/bandwidth":     slower,
-	"http/slicer":         slower,
-	"nginx/slicer":        slower,
-	"http/reset-bursts":   flaky,
-	"nginx/reset-bursts":  flaky,
-	"grpc/limit-data":     flaky,
-	"http/limit-data":     flaky,
-	"grpc/slow-close":     late,
-	"http/slow-close":     late,
-	"grpc/outage":         "cause 7: the breaker's 1 s open outlives the outage (first success 1,006 ms after the heal in one bounded run)",
-	"grpc/cpu-load":       busy,
-	"http/cpu-load":       busy,
-	"http/one-bad-of-ten": "cause 9: one bad backend of ten opens the per-host breaker for all (1,731 successes against plain's 2,516 in one 2 s run)",
-}
-
-// The causes most cells share.
-const (
-	slower = "cause 1: the adaptive attempt timeout sinks below the slower answers and the breaker opens; cause 7: standard trails plain after the fault"
-	flaky  = "cause 8: a downstream that fails part of its calls, not overloaded: the consecutive rule trips"
-	late   = "cause 3: the breaker opens on a downstream that only closes its connections late (grpc: 6,534 successes against plain's 11,021 in 8 s)"
-	busy   = "cause 3: the breaker opens on a healthy server when the client's own host is busy (grpc: 1 open, 1,513 refusals in 8 s)"
-)
-
-func skipKnownHarm() bool { return *skipKnown || os.Getenv(knownHarmEnv) == "skip" }
-
 // cells are the cells this run selects: the bounded matrix, or every
 // cell with -faults.full, narrowed by -faults.cells.
 func cells(t *testing.T) []cell {
@@ -123,17 +78,10 @@ func TestFaults(t *testing.T) {
 			results = append(results, r)
 			t.Log("\n" + r.text())
 			failed := r.failures()
-			cause, known := knownHarm[c.name()]
 			if len(failed) == 0 {
-				if known {
-					t.Logf("listed in knownHarm (%s), and the invariant held in this run", cause)
-				}
 				return
 			}
 			failing = append(failing, c.name())
-			if known && skipKnownHarm() {
-				t.Skipf("known harm (%s):\n%s", cause, strings.Join(failed, "\n"))
-			}
 			for _, f := range failed {
 				t.Error(f)
 			}

@@ -31,14 +31,10 @@ var (
 	fullMatrix = flag.Bool("faults.full", false, "run every cell of the fault matrix, not only the bounded one")
 	cellsOnly  = flag.String("faults.cells", "", "run only the cells whose name (proto/fault) matches this regexp")
 	writeDocs  = flag.Bool("faults.write-docs", false, "write ../docs/faults.md from this run")
-	skipKnown  = flag.Bool("faults.skip-known", false, "skip the cells of knownHarm that fail, as known harm, instead of failing them (or set "+knownHarmEnv+"=skip)")
 	faultFor   = flag.Duration("faults.window", 0, "how long each fault lasts (0: 3s bounded, 8s full; an outage always 3s)")
 	warmFor    = flag.Duration("faults.warmup", 0, "healthy traffic before each fault (0: 1.5s bounded, 2s full)")
 	recoverFor = flag.Duration("faults.recovery", 0, "traffic after each fault is removed (0: 2s bounded, 3s full)")
 )
-
-// knownHarmEnv, set to "skip", does what -faults.skip-known does.
-const knownHarmEnv = "CALLGUARD_FAULTS_KNOWN_HARM"
 
 // roleEnv makes this test binary, started again by the suite, a helper
 // process: a server to pause (roleServe) or a CPU burner (roleBurn).

@@ -86,7 +86,7 @@ func writeFaultsDoc(results []*cellResult, tm timing) error {
 		fmt.Fprintf(&b, "| `%s` | %s |\n", a.name, a.config)
 	}
 	b.WriteString("\n## The invariant\n\n")
-	fmt.Fprintf(&b, "Do no harm: wherever `plain` succeeds, `standard`'s calls succeed at least %.2f times as often as `plain`'s, less a tolerance for the run's scheduling noise and the fault's edge: among the calls started during the fault, and among those started in the recovery window. It is a rate, successes over calls started: each call is what a user waits for, and in a closed loop the count of successes also follows how long each call takes (a retry's wait makes fewer, surer calls; a call that fails at once lets its caller start another), so the counts are reported beside it. The noise is measured beside every cell (a 1 ms timer, `scenario.NoiseProbe`); the tolerance is plain's successes that ended within the noise's p99 of the deadline (a late wake-up could have cut them), as a share of plain's calls, plus one call per caller of standard's (the calls in flight when the fault begins were sent under the healthy regime's settings). Where protection matters (blackhole, dial that hangs, outage, paused server), the recovery is held to its own bound instead: the server receives no more attempts of standard's calls started during the fault than of plain's, and standard's first success comes within %v of the heal; during an outage or a dial that hangs, standard's failed calls take at most %v (median)\n\n",
+	fmt.Fprintf(&b, "Do no harm: wherever `plain` succeeds, `standard`'s calls succeed at least %.2f times as often as `plain`'s, less a tolerance for the run's scheduling noise and the fault's edge: among the calls started during the fault, and among those started in the recovery window. It is a rate, successes over calls started: each call is what a user waits for, and in a closed loop the count of successes also follows how long each call takes (a retry's wait makes fewer, surer calls; a call that fails at once lets its caller start another), so the counts are reported beside it. The noise is measured beside every cell (a 1 ms timer, `scenario.NoiseProbe`); the tolerance is plain's successes that ended within the noise's p99 of the deadline (a late wake-up could have cut them), as a share of plain's calls, plus one call per caller of standard's (the calls in flight when the fault begins were sent under the healthy regime's settings). Where protection matters (blackhole, dial that hangs, outage, paused server), the chain is held to protecting instead (plain's few successes there are calls begun before the heal and answered after it): the server receives no more attempts of standard's calls started during the fault than of plain's, and standard's first success comes within %v of the heal; during an outage or a dial that hangs, standard's failed calls take at most %v (median)\n\n",
 		doNoHarm, recoveryBound, failFastBound)
 	b.WriteString("## The matrix\n\nCalls started during the fault: successes / started, per arm.\n\n")
 	b.WriteString("| cell | invariant | " + strings.Join(armsOf("grpc"), " | ") + " |\n|---|---|---|---|---|---|\n")
@@ -94,9 +94,6 @@ func writeFaultsDoc(results []*cellResult, tm timing) error {
 		verdict := "holds"
 		if len(r.failures()) > 0 {
 			verdict = "**fails**"
-		}
-		if c, ok := knownHarm[r.cell.name()]; ok && verdict != "holds" {
-			verdict += " (known: " + c + ")"
 		}
 		row := []string{r.cell.name(), verdict}
 		for _, name := range armsOf("grpc") {

@@ -141,10 +141,13 @@ func (r *cellResult) check() []verdict {
 	var out []verdict
 	phs := []int{phaseFault, phaseRecovery}
 	if r.cell.fault.protect {
-		// After a blackhole, an outage or a pause, the recovery's bound is
-		// the first success within recoveryBound: a breaker that opened
-		// cannot see the heal before its next probe.
-		phs = phs[:1]
+		// Where protection matters (a blackhole, a dial that hangs, an
+		// outage, a pause) the chain is held to protecting: no more calls
+		// to the server than plain's, failing fast, a first success within
+		// recoveryBound of the heal (a breaker that opened cannot see the
+		// heal before its next probe). plain's few successes there are
+		// calls that began before the heal and were answered after it.
+		phs = nil
 	}
 	for _, ph := range phs {
 		s, p := std.ph[ph], plain.ph[ph]
