@@ -3,7 +3,6 @@ package limit
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 	"time"
 )
@@ -334,24 +333,41 @@ func (*gradient2Engine) timed() bool { return true }
 
 // push adds the sample r to the recent ones, the oldest leaving once there
 // are ShortWindow, and returns their median (the upper of the two middle
-// ones); the caller holds e.mu.
+// ones); the caller holds e.mu. The window is small: one pass finds the
+// oldest in sorted and slides the others to r's place.
 func (e *gradient2Engine) push(r float64) float64 {
+	s := e.sorted
 	if len(e.recent) < cap(e.recent) {
 		e.recent = append(e.recent, r)
-		e.sorted = append(e.sorted, r)
+		s = append(s, r)
+		i := len(s) - 1
+		for ; i > 0 && s[i-1] > r; i-- {
+			s[i] = s[i-1]
+		}
+		s[i] = r
+		e.sorted = s
+		return s[len(s)/2]
+	}
+	old := e.recent[e.next]
+	e.recent[e.next] = r
+	if e.next++; e.next == len(e.recent) {
+		e.next = 0
+	}
+	i := 0
+	for s[i] != old {
+		i++
+	}
+	if r > old {
+		for ; i+1 < len(s) && s[i+1] < r; i++ {
+			s[i] = s[i+1]
+		}
 	} else {
-		old := e.recent[e.next]
-		e.recent[e.next] = r
-		e.next = (e.next + 1) % len(e.recent)
-		i, _ := slices.BinarySearch(e.sorted, old)
-		copy(e.sorted[i:], e.sorted[i+1:])
-		e.sorted[len(e.sorted)-1] = r
+		for ; i > 0 && s[i-1] > r; i-- {
+			s[i] = s[i-1]
+		}
 	}
-	// Insertion: r is last in sorted; move it to its place.
-	for i := len(e.sorted) - 1; i > 0 && e.sorted[i-1] > e.sorted[i]; i-- {
-		e.sorted[i-1], e.sorted[i] = e.sorted[i], e.sorted[i-1]
-	}
-	return e.sorted[len(e.sorted)/2]
+	s[i] = r
+	return s[len(s)/2]
 }
 
 // What judgeFall says of a sample.
