@@ -57,7 +57,7 @@ func overloadStacks() []stackDef {
 		{"failsafe-limiter-only", "adaptivelimiter.NewWithDefaults(): from 20 in [1, 200], max limit factor 5, no queue", func(uint64) (scenario.Stack, error) {
 			return failsafeStack(adaptivelimiter.NewWithDefaults[any]()), nil
 		}},
-		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s, open 1s, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func(seed uint64) (scenario.Stack, error) {
+		{"failsafe-same+throttler", "failsafe-same's chain (retry 3 attempts, backoff 100ms→1s ×2, jitter 0.2; breaker 50% of at least 20 calls over 10s (failsafe-go takes a count or a rate; these rows keep the rate), open 800ms, closes on 2 of 3; timeout 300ms per attempt) with adaptivethrottler defaults between the breaker and the timeout (failsafe-go's order)", func(seed uint64) (scenario.Stack, error) {
 			return failsafeSame(failsafe.Policy[any](adaptivethrottler.NewWithDefaults[any]()), seed), nil
 		}},
 		{"failsafe-same+limiter", "failsafe-same's chain with adaptivelimiter defaults between the breaker and the timeout", func(seed uint64) (scenario.Stack, error) {

@@ -116,8 +116,9 @@ func (s Settings) normalize() (Settings, error) {
 // context's error and leaves the queue. A change of the limit applies to
 // the next admission; a rise admits queued calls at once, a fall lets the
 // calls in flight finish. With [Gradient2], calls past the limit are
-// admitted, up to MaxLimit, while its last sample saw no round trip rising
-// (see Gradient2): InFlight may then exceed Limit.
+// admitted, up to MaxLimit, while its last sample saw the round trips
+// steady and far from the callers' deadlines (see Gradient2): InFlight may
+// then exceed Limit.
 //
 // Most callers should use [Limiter.Do]; [Limiter.Acquire] and [Permit] are
 // for interceptors and streams. A Limiter is safe for concurrent use.
