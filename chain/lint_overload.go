@@ -120,7 +120,7 @@ func (l *linter) limit(i int, maxQueue int, maxWait time.Duration) {
 			}
 			what := "a request holds its slot through every attempt and every backoff wait, so the limit counts waits as load"
 			if adaptive {
-				what = "its round trips are whole requests, retries and backoff waits included, not the downstream's latency: when 20 % of answers hang, each retried request looks ten times slower and the limit collapses (bench, hang20 under an open loop: 17–18 % fewer successes than with the limit inside the retry; docs/protection.md)"
+				what = "its round trips are whole requests, retries and backoff waits included, not the downstream's latency: when 20 % of answers hang, each retried request looks ten times slower than an answer, and the limit judges the downstream by that (docs/overload.md: where they go in a chain)"
 			}
 			l.warn("CG024", "%v wraps %v: %s. Fix: the limit inside the retry, retry → limit → breaker → attempt timeout, so each attempt takes a slot and is measured alone.",
 				p, o.p, what)
