@@ -99,8 +99,8 @@ const DefaultShortWindow = 10
 // the rest (a slow path, a cold cache) moved the average of the last ten
 // samples by a late one's whole weight, and the gradient with it, where a
 // queue raises every sample, and their median. And while the last sample
-// left the gradient at 1 (no round trip rising), no fall is being judged,
-// and the short-term round trip is under a quarter of DeadlineShare of
+// left the gradient at 1 (no round trip rising) and the short-term round
+// trip is under a quarter of DeadlineShare of
 // its caller's time left (an eighth, by default), the limit is a count,
 // not a wall: calls past it are admitted, up to MaxLimit (a client's
 // stall, a burst of late answers, piles calls in flight while no answer
@@ -334,10 +334,10 @@ func (e *gradient2Engine) sample(rtt, budget time.Duration, inflight int, drop b
 	if late {
 		gradient = 0.5
 	}
-	// Past the limit while no round trip rises, no fall is being judged,
-	// and the round trips take under a quarter of what the deadline's
-	// line allows (see Gradient2): every sample says so, those of a limit
-	// the callers do not use too.
+	// Past the limit while no round trip rises and the round trips take
+	// under a quarter of what the deadline's line allows (see Gradient2):
+	// every sample says so, those of a limit the callers do not use too
+	// (which judge no fall: the judgement is not asked here).
 	if gradient >= 1 && !(budget > 0 && e.s.DeadlineShare > 0 && 4*short > e.s.DeadlineShare*float64(budget)) {
 		e.c.over.Store(int64(e.max))
 	} else {

@@ -140,7 +140,7 @@ func (l *lab) whatIfOf(sub subject, only string, rate float64, callers int, live
 
 	how := "in virtual time"
 	if live {
-		how = fmt.Sprintf("live: in real time, over a real loopback HTTP server, each scenario's timeline × %g (warm-up, fault and horizon) and so every breaker's open stay (%v for the recommended chain's 1s); not the service times, the downstream's queue, the callers' deadline, nor the chains' timeouts, backoff and windows, which are measured against them; every time in real seconds; the rows of a scenario run side by side. Metastability is judged at the scenario's own durations, in virtual time, as the live run cannot scale them all", liveScale, time.Duration(float64(preset.DefaultOpenTimeout)*liveScale))
+		how = fmt.Sprintf("live: in real time, over a real loopback HTTP server, each scenario's timeline × %g (warm-up, fault and horizon) and so every breaker's open stay (%v for the recommended chain's %v); not the service times, the downstream's queue, the callers' deadline, nor the chains' timeouts, backoff and windows, which are measured against them; every time in real seconds; the rows of a scenario run side by side. Metastability is judged at the scenario's own durations, in virtual time, as the live run cannot scale them all", liveScale, time.Duration(float64(preset.DefaultOpenTimeout)*liveScale), preset.DefaultOpenTimeout)
 	}
 	fmt.Fprintf(l.out, "\nAgainst the protection model (docs/protection.md): %d workers, p50 %v / p99 %v, %s load, each request with a %v deadline; %s.\n",
 		scenario.Model.Workers, scenario.Model.Median, scenario.Model.P99, load.Name, load.Deadline, how)
