@@ -110,7 +110,10 @@ func Example_firstProgram() {
 		d.stop()
 		calls := 0
 		for err := d.call(); !errors.Is(err, breaker.ErrOpen) && calls < 100; err = d.call() {
-			calls++ // each fails after 3 attempts, until 10 in a row open the breaker
+			// Each fails after 3 attempts, until 10 failures in a row over
+			// at least 500 ms open the breaker: a call every 200 ms.
+			calls++
+			time.Sleep(200 * time.Millisecond)
 		}
 		start := time.Now()
 		err := d.call()
