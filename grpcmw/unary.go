@@ -124,8 +124,11 @@ type unaryKey struct{}
 
 // Value is the call for unaryKey, the caller's context's values else.
 func (u *unaryCall) Value(key any) any {
-	if key == (unaryKey{}) {
+	switch key {
+	case unaryKey{}:
 		return u
+	case att.Key{}:
+		return &u.call
 	}
 	return u.Context.Value(key)
 }

@@ -62,8 +62,11 @@ type selfKey struct{}
 
 // Value is the exchange for selfKey, the request's context's values else.
 func (x *exchange) Value(key any) any {
-	if key == (selfKey{}) {
+	switch key {
+	case selfKey{}:
 		return x
+	case attempt.Key{}:
+		return &x.call
 	}
 	return x.Context.Value(key)
 }

@@ -23,6 +23,7 @@
 package attempt
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -40,6 +41,40 @@ type Call struct {
 	inflight int  // attempts begun and not finished
 	won      int  // the number of the attempt that committed, 0 if none
 	over     bool // the call has its result: no attempt may begin
+	tried    [4]uint64
+	ntried   int // endpoints tried, the last len(tried) of them kept
+}
+
+// Key is the key under which an adapter's call answers its own Call from
+// its attempts' contexts (see [Of]): a load-balancing layer below the
+// adapter (package endpoint) reads the endpoints its attempts went to.
+type Key struct{}
+
+// Of returns the Call of the adapter call that ctx belongs to, or nil.
+func Of(ctx context.Context) *Call {
+	c, _ := ctx.Value(Key{}).(*Call)
+	return c
+}
+
+// Tried reports whether an attempt of the call went to the endpoint id
+// (one of the last four the call tried).
+func (c *Call) Tried(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range min(c.ntried, len(c.tried)) {
+		if c.tried[i] == id {
+			return true
+		}
+	}
+	return false
+}
+
+// Try records that an attempt of the call goes to the endpoint id.
+func (c *Call) Try(id uint64) {
+	c.mu.Lock()
+	c.tried[c.ntried%len(c.tried)] = id
+	c.ntried++
+	c.mu.Unlock()
 }
 
 // Attempt is one attempt of a Call, from [Call.Begin]. Finish it once it
