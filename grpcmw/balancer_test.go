@@ -3,6 +3,7 @@ package grpcmw_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,10 @@ import (
 	"github.com/callguard/callguard/endpoint"
 	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/internal/testserver"
+	"github.com/callguard/callguard/preset"
 	"github.com/callguard/callguard/retry"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -284,4 +288,50 @@ func indexOf(st []endpoint.Status, addr string) int {
 		}
 	}
 	return -1
+}
+
+// TestEndpointsUnderStandard: the recommended chain over the policy, one
+// endpoint of ten failing every call: idempotent calls all succeed (their
+// retries go elsewhere), calls that may be sent once lose only those sent
+// before the ejection and to its probes, the per-method breaker stays
+// closed, and the endpoint's ejection shows in the metrics.
+func TestEndpointsUnderStandard(t *testing.T) {
+	f := newFleet(t, 10)
+	f.fault[0].Store(faultFail)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	h := must(grpcmw.NewEndpointHealth(endpoint.Settings{}))
+	idem := must(grpcmw.Standard(preset.Settings{}, grpcmw.AllIdempotent(), grpcmw.Endpoints(h), grpcmw.Metrics(mp)))
+	once := must(grpcmw.Standard(preset.Settings{}, grpcmw.Endpoints(h)))
+	if failed := calls(f.dial(t, idem.DialOptions()...), 1000, 8); failed != 0 {
+		t.Errorf("idempotent: %d of 1,000 calls failed", failed)
+	}
+	if failed := calls(f.dial(t, once.DialOptions()...), 1000, 8); failed > 10 {
+		t.Errorf("not idempotent: %d of 1,000 calls failed, want at most the 5 before the ejection and a few probes", failed)
+	}
+	for _, b := range append(idem.Breakers(), once.Breakers()...) {
+		if b.State != breaker.StateClosed {
+			t.Errorf("per-method breaker %q is %v", b.Key, b.State)
+		}
+	}
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	ejected := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "callguard.endpoint.ejected" {
+				for _, p := range g.DataPoints {
+					host, _ := p.Attributes.Value("server.address")
+					port, _ := p.Attributes.Value("server.port")
+					ejected[fmt.Sprintf("%s:%d", host.AsString(), port.AsInt64())] += p.Value
+				}
+			}
+		}
+	}
+	// Two channels share h: each has ten endpoints, #0 ejected in each.
+	if len(ejected) != 10 || ejected[f.srvs[0].Addr] != 2 {
+		t.Errorf("callguard.endpoint.ejected by endpoint = %v, want 10 endpoints, %s ejected in both channels", ejected, f.srvs[0].Addr)
+	}
 }

@@ -193,6 +193,11 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 		return nil, fmt.Errorf("grpcmw: Metrics: %w", err)
 	}
 	cfg.tel = tel
+	if cfg.endpoints != nil {
+		if err := tel.Endpoints(cfg.meter, cfg.endpoints.Statuses); err != nil {
+			return nil, fmt.Errorf("grpcmw: Metrics: %w", err)
+		}
+	}
 	if cfg.perKey != nil {
 		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
 	}
