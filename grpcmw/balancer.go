@@ -281,7 +281,11 @@ func (d *pickDone) done(di balancer.DoneInfo) {
 	pass, next := d.pass, d.next
 	d.pass, d.next = endpoint.Pass{}, nil
 	donePool.Put(d)
-	pass.Done(outcomeOf(di.Err))
+	o := outcomeOf(di.Err)
+	if di.Err == nil && !di.BytesSent && !di.BytesReceived {
+		o = endpoint.NotSent // grpc-go drops a pick whose transport is not ready
+	}
+	pass.Done(o)
 	if next != nil {
 		next(di)
 	}

@@ -60,7 +60,7 @@ func BenchmarkPick(b *testing.B) {
 					b.Fatal(err)
 				}
 				if res.Done != nil {
-					res.Done(balancer.DoneInfo{})
+					res.Done(balancer.DoneInfo{BytesSent: true, BytesReceived: true})
 				}
 			}
 		})
