@@ -27,6 +27,10 @@ const (
 	// answer. It counts as a failure if the call ran past the slow
 	// threshold (a hang), else as nothing (the caller's own end).
 	Ended
+	// NotSent: the call was not sent (the balancer's pick was dropped,
+	// the connection not ready after all): nothing for or against the
+	// endpoint.
+	NotSent
 )
 
 var (
@@ -58,6 +62,9 @@ func (p Pass) Done(o Outcome) {
 	slow := s.slow.Load()
 	late := slow > 0 && int64(took) > slow
 	switch {
+	case o == NotSent:
+		p.permit.Done(errEnded)
+		return
 	case o == Failed:
 		p.permit.Done(errFailed)
 	case o == Ended && late:

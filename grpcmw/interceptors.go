@@ -62,7 +62,8 @@ func (i *Interceptors) Stream() grpc.StreamClientInterceptor {
 
 // DialOptions returns the dial options that put the interceptors on a
 // connection: the unary one, the stream one (unless [UnaryOnly]), the
-// stats handler of [JudgeFromHeader] if set, and grpc.WithDisableRetry, so that grpc-go's own retry does not multiply the
+// stats handler of [JudgeFromHeader] if set, the load-balancing policy
+// of [Endpoints] if set, and grpc.WithDisableRetry, so that grpc-go's own retry does not multiply the
 // chain's attempts.
 func (i *Interceptors) DialOptions() []grpc.DialOption {
 	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(i.Unary())}
@@ -71,6 +72,9 @@ func (i *Interceptors) DialOptions() []grpc.DialOption {
 	}
 	if i != nil && i.cfg != nil && i.cfg.fromHeader {
 		opts = append(opts, grpc.WithStatsHandler(i.StatsHandler()))
+	}
+	if i != nil && i.cfg != nil && i.cfg.endpoints != nil {
+		opts = append(opts, i.cfg.endpoints.DialOption())
 	}
 	return append(opts, grpc.WithDisableRetry())
 }
@@ -189,6 +193,11 @@ func newConfig(c *chain.Chain, opts []Option) (*config, error) {
 		return nil, fmt.Errorf("grpcmw: Metrics: %w", err)
 	}
 	cfg.tel = tel
+	if cfg.endpoints != nil {
+		if err := tel.Endpoints(cfg.meter, cfg.endpoints.Statuses); err != nil {
+			return nil, fmt.Errorf("grpcmw: Metrics: %w", err)
+		}
+	}
 	if cfg.perKey != nil {
 		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
 	}

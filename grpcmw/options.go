@@ -46,6 +46,7 @@ type config struct {
 	logger           *slog.Logger
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
+	endpoints        *EndpointHealth // Endpoints
 }
 
 // Idempotent declares methods safe to retry, by full name:

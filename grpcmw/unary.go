@@ -144,9 +144,9 @@ func unaryAttempt(ctx context.Context) error {
 // a hedgeOut, which settle copies to the caller if it won. A method not
 // declared idempotent never has two attempts in flight.
 func (u *unaryCall) attempt(ctx context.Context) (err error) {
-	if ctx == context.Context(u) {
-		ctx = u.Context // no policy made the attempt a context of its own
-	}
+	// An attempt runs in u even where no policy made it a context of its
+	// own: a load-balancing policy below (BalancerName) finds the call's
+	// earlier attempts there.
 	a, err := u.call.Begin(u.idempotent)
 	if err != nil {
 		return err // refused before sending

@@ -206,6 +206,18 @@ func ClientName(pkg, name string) string {
 	return pkg
 }
 
+// stateValue is a breaker state's value in the state gauges: 0 closed,
+// 1 half-open, 2 open.
+func stateValue(s breaker.State) int64 {
+	switch s {
+	case breaker.StateHalfOpen:
+		return 1
+	case breaker.StateOpen:
+		return 2
+	}
+	return 0
+}
+
 // observe reports the policies of chain c, key key, that are not in seen.
 func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.Chain, seen map[chain.Policy]bool, state, bcalls, rejections metric.Int64Observable,
 	tvalue metric.Float64Observable, retries, exhausted metric.Int64Observable, tokens metric.Float64Observable) {
@@ -219,8 +231,7 @@ func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.
 		switch v := p.(type) {
 		case *breaker.Breaker:
 			name := attribute.String("callguard.breaker.name", v.Settings().Name)
-			st := map[breaker.State]int64{breaker.StateClosed: 0, breaker.StateHalfOpen: 1, breaker.StateOpen: 2}[v.State()]
-			o.ObserveInt64(state, st, metric.WithAttributes(client, keyAttr, name, policy,
+			o.ObserveInt64(state, stateValue(v.State()), metric.WithAttributes(client, keyAttr, name, policy,
 				attribute.String("callguard.breaker.override", v.Override().String())))
 			cn := v.Counts()
 			for outcome, n := range map[string]uint64{"success": cn.Successes, "failure": cn.Failures, "neutral": cn.Neutral, "slow": cn.SlowUnanswered} {
