@@ -62,9 +62,10 @@ func (c kase) armNames() []string {
 // caseRun is what one run of a case measured.
 type caseRun struct {
 	c       kase
-	names   []string // the arms that ran
-	skipped []string // the arms not built in this tree
-	calls   [][]call // by arm
+	names   []string         // the arms that ran
+	skipped []string         // the arms not built in this tree
+	calls   [][]call         // by arm
+	errs    []map[string]int // by arm: the bad phase's errors, by message
 	// arrivals: by arm, by backend (#0 first), sorted, on the case's clock.
 	arrivals [][][]time.Duration
 	addr0    []string          // by arm: backend #0's address
@@ -140,7 +141,7 @@ func runCase(c kase, tm timing) (_ *caseRun, err error) {
 	run.noise[phaseBad] = probe.Take()
 	time.Sleep(tm.healed)
 	run.end = ld.since()
-	run.calls = ld.end()
+	run.calls, run.errs = ld.end()
 	run.noise[phaseHealed] = probe.Stop()
 	run.polled = stopPoll()
 	for _, a := range arms {

@@ -14,14 +14,24 @@ const (
 	goalEject   = time.Second            // from the fault's start
 	goalReadmit = 2 * time.Second        // from the heal
 	slack       = 100 * time.Millisecond // the test's allowance on a time, beside the noise's p99
+	// notIdempotentFloor is the success the test wants of the calls not
+	// retried (the goal's is goalSuccess; today's Standard gets 90 %).
+	notIdempotentFloor = 0.99
 )
+
+// idempotent reports whether arm name's calls may be retried.
+func idempotent(name string) bool { return name != armEp && name != armEpPost && name != armStd }
 
 // verdict is one check of the goal: held is the goal as the issue states
 // it (the report's), tolerated the same with the test's allowance for
 // the run's scheduling noise and the fault's edge (the test's).
+// structural marks a verdict that no timing moves (the cap, the
+// breaker's opening, the client's refusals): the test holds it under the
+// race detector too.
 type verdict struct {
 	what, detail    string
 	held, tolerated bool
+	structural      bool
 }
 
 // goalApplies: the goal covers the per-endpoint arms with one backend
@@ -43,13 +53,21 @@ func (r *caseResult) goal(a *armResult) []verdict {
 	b := a.ph[phaseBad]
 	var out []verdict
 	// The calls in flight when the fault starts were sent before anything
-	// could know: one a caller.
+	// could know: one a caller. A call that is not idempotent is not
+	// retried: the calls that judge #0 before its ejection and the probes
+	// that find it still bad are lost to their callers (and so are those
+	// Standard's adaptive attempt timeout cuts), so the test holds those
+	// arms to notIdempotentFloor, and the report to the goal.
 	edge := float64(callers) / float64(max(b.started, 1))
+	need, allow := goalSuccess-edge, fmt.Sprintf("the test allows one call a caller, %.2f %%", 100*edge)
+	if !idempotent(a.name) {
+		need, allow = notIdempotentFloor, fmt.Sprintf("the test wants %.0f %% of calls not retried", 100*notIdempotentFloor)
+	}
 	out = append(out, verdict{
 		what:      fmt.Sprintf("≥ %.1f %% of the bad phase's calls succeed", 100*goalSuccess),
 		held:      b.rate() >= goalSuccess,
-		tolerated: b.rate() >= goalSuccess-edge,
-		detail:    fmt.Sprintf("%d of %d, %.2f %% (the test allows one call a caller, %.2f %%)", b.ok, b.started, 100*b.rate(), 100*edge),
+		tolerated: b.rate() >= need,
+		detail:    fmt.Sprintf("%d of %d, %.2f %% (%s)", b.ok, b.started, 100*b.rate(), allow),
 	})
 	healthy := a.ph[phaseWarm].p99
 	out = append(out, verdict{
@@ -66,10 +84,13 @@ func (r *caseResult) goal(a *armResult) []verdict {
 		detail:    fmt.Sprintf("%d calls, %.1f %% of its fair share %.0f (the test allows one call a caller more)", a.to0, 100*a.share, fair),
 	})
 	out = append(out, verdict{
-		what:      "no healthy backend is refused",
-		held:      a.refusals == 0 && a.healthyEjected == 0,
-		tolerated: a.refusals == 0 && a.healthyEjected == 0,
-		detail:    fmt.Sprintf("%d calls refused by the client, %d ejections of healthy backends", a.refusals, a.healthyEjected),
+		what:       "no healthy backend is refused",
+		held:       a.refusals == 0 && a.healthyEjections() == 0,
+		tolerated:  a.refusals == 0 && a.healthyEjections() <= 1, // a stall of the host's may judge one slow
+		structural: true,
+
+		detail: fmt.Sprintf("%d calls refused by the client in the bad phase; ejections of healthy backends: %d in the warm-up, %d in the bad phase, %d healed (the test allows one)",
+			a.refusals, a.healthyEjected[phaseWarm], a.healthyEjected[phaseBad], a.healthyEjected[phaseHealed]),
 	})
 	out = append(out, verdict{
 		what:      fmt.Sprintf("#0 ejected within %v of the fault's start", goalEject),
@@ -94,18 +115,20 @@ func (r *caseResult) allFailGoal(a *armResult) []verdict {
 	if a.policy {
 		ok := a.most <= 1 && a.polled <= 1
 		out = append(out, verdict{
-			what:      "at most 1 endpoint of 10 ejected at once (max ejection 10 %)",
-			held:      ok,
-			tolerated: ok,
-			detail:    fmt.Sprintf("most ejected at once: %d by the policy's changes, %d by its Statuses read every 10 ms; %d openings kept from ejecting by the cap", a.most, a.polled, a.capped),
+			what:       "at most 1 endpoint of 10 ejected at once (max ejection 10 %)",
+			held:       ok,
+			tolerated:  ok,
+			structural: true,
+			detail:     fmt.Sprintf("most ejected at once: %d by the policy's changes, %d by its Statuses read every 10 ms; %d openings kept from ejecting by the cap", a.most, a.polled, a.capped),
 		})
 	}
 	opened := a.opens[phaseBad] > 0
 	out = append(out, verdict{
-		what:      "the per-method / per-host breaker opens",
-		held:      opened,
-		tolerated: opened,
-		detail:    fmt.Sprintf("%d openings in the bad phase, the first after %s", a.opens[phaseBad], when(a.firstOpen)),
+		what:       "the per-method / per-host breaker opens",
+		held:       opened,
+		tolerated:  opened,
+		structural: true,
+		detail:     fmt.Sprintf("%d openings in the bad phase, the first after %s", a.opens[phaseBad], when(a.firstOpen)),
 	})
 	return out
 }

@@ -3,6 +3,7 @@ package endpoints
 import (
 	"context"
 	"errors"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,18 +72,26 @@ type load struct {
 	stop  chan struct{}
 	wg    sync.WaitGroup
 	calls [][]call // by arm, merged when the callers end
+	// errs counts the errors of the calls started in the bad phase, by
+	// arm, by message (addresses and ports blanked).
+	errs []map[string]int
 }
 
 // startLoad starts the callers of every arm.
 func startLoad(arms []*arm, clock time.Time) *load {
-	l := &load{clock: clock, stop: make(chan struct{}), calls: make([][]call, len(arms))}
+	l := &load{clock: clock, stop: make(chan struct{}), calls: make([][]call, len(arms)), errs: make([]map[string]int, len(arms))}
 	var mu sync.Mutex
 	for i, a := range arms {
+		l.errs[i] = map[string]int{}
 		for range callers {
 			l.wg.Go(func() {
-				mine := l.caller(a)
+				errs := map[string]int{}
+				mine := l.caller(a, errs)
 				mu.Lock()
 				l.calls[i] = append(l.calls[i], mine...)
+				for k, n := range errs {
+					l.errs[i][k] += n
+				}
 				mu.Unlock()
 			})
 		}
@@ -90,7 +99,7 @@ func startLoad(arms []*arm, clock time.Time) *load {
 	return l
 }
 
-func (l *load) caller(a *arm) []call {
+func (l *load) caller(a *arm, errs map[string]int) []call {
 	var out []call
 	pause := time.NewTimer(0)
 	defer pause.Stop()
@@ -107,6 +116,9 @@ func (l *load) caller(a *arm) []call {
 		cancel()
 		end := time.Since(l.clock)
 		out = append(out, call{start: start, end: end, phase: int8(phase), how: classify(err)})
+		if err != nil && phase == phaseBad {
+			errs[blank(err.Error())]++
+		}
 		if err != nil && end-start < failPace {
 			pause.Reset(failPace - (end - start))
 			select {
@@ -119,15 +131,28 @@ func (l *load) caller(a *arm) []call {
 	return out
 }
 
+var addrRE = regexp.MustCompile(`127\.0\.0\.\d+(:\d+)?|:\d{4,5}\b|\d+(\.\d+)?(ns|µs|ms|s)\b`)
+
+// blank is an error's message without its addresses, ports and
+// durations, cut to
+// 160 bytes: the same error from every backend is one.
+func blank(msg string) string {
+	msg = addrRE.ReplaceAllString(msg, "…")
+	if len(msg) > 160 {
+		msg = msg[:160] + "…"
+	}
+	return msg
+}
+
 // since is the time on the case's clock.
 func (l *load) since() time.Duration { return time.Since(l.clock) }
 
 // end stops the callers (a call in flight ends by its deadline) and
-// returns every arm's calls.
-func (l *load) end() [][]call {
+// returns every arm's calls and errors.
+func (l *load) end() ([][]call, []map[string]int) {
 	close(l.stop)
 	l.wg.Wait()
-	return l.calls
+	return l.calls, l.errs
 }
 
 // quantile is the q-quantile of sorted d (0 if empty).

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/callguard/callguard/endpoint"
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/preset"
 	"google.golang.org/grpc"
 )
 
@@ -12,12 +15,25 @@ import (
 var errNotBuilt = errors.New("endpoints: the per-endpoint policy is not built yet")
 
 // endpointsGRPC are the dial options of a gRPC per-endpoint arm:
-// grpcmw.Standard with grpcmw.Endpoints(h), h from
-// grpcmw.NewEndpointHealth(endpoint.Settings{OnChange: a.changes.add}),
-// a.statuses = h.Statuses, the per-method breaker's openings in a.opens.
+// grpcmw.Standard with grpcmw.Endpoints(h), h with the policy's default
+// settings; its changes in a.changes, its Statuses in a.statuses, the
+// per-method breaker's openings in a.opens.
 func endpointsGRPC(a *arm, idempotent bool) ([]grpc.DialOption, error) {
-	_, _ = a, idempotent
-	return nil, errNotBuilt
+	a.changes = newChangeLog()
+	h, err := grpcmw.NewEndpointHealth(endpoint.Settings{OnChange: a.changes.add})
+	if err != nil {
+		return nil, err
+	}
+	a.statuses = h.Statuses
+	opts := []grpcmw.Option{grpcmw.Endpoints(h), grpcmw.OnStateChange(a.opens.onOpen)}
+	if idempotent {
+		opts = append(opts, grpcmw.AllIdempotent())
+	}
+	ic, err := grpcmw.Standard(preset.Settings{}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return ic.DialOptions(), nil
 }
 
 // endpointsHTTP is the RoundTripper of an HTTP per-endpoint arm:

@@ -46,7 +46,7 @@ type armResult struct {
 	// kept from ejecting.
 	policy               bool
 	ejected, readmitted  time.Duration
-	healthyEjected       int
+	healthyEjected       [phases]int
 	most, polled, capped int
 	opens                [phases]int // the per-method / per-host breaker's
 	firstOpen            time.Duration
@@ -114,7 +114,7 @@ func summarize(run *caseRun, tm timing) *caseResult {
 			case ch.Capped:
 				a.capped++
 			case ch.Ejected && ch.Endpoint != run.addr0[i]:
-				a.healthyEjected++
+				a.healthyEjected[run.phaseAt(at)]++
 			case ch.Ejected && at >= run.bad && a.ejected == none:
 				a.ejected = at - run.bad
 			}
@@ -122,21 +122,32 @@ func summarize(run *caseRun, tm timing) *caseResult {
 		a.readmitted = readmission(run.changes[i], run.addr0[i], run.clock, run.heal)
 		a.most, a.polled = run.most[i], run.polled[i]
 		for _, at := range run.opens[i] {
-			switch {
-			case at < run.bad:
-				a.opens[phaseWarm]++
-			case at < run.heal:
-				a.opens[phaseBad]++
-				if a.firstOpen == none {
-					a.firstOpen = at - run.bad
-				}
-			default:
-				a.opens[phaseHealed]++
+			ph := run.phaseAt(at)
+			a.opens[ph]++
+			if ph == phaseBad && a.firstOpen == none {
+				a.firstOpen = at - run.bad
 			}
 		}
 		r.arms = append(r.arms, a)
 	}
 	return r
+}
+
+// phaseAt is the phase at time at of the case's clock.
+func (run *caseRun) phaseAt(at time.Duration) int {
+	switch {
+	case at < run.bad:
+		return phaseWarm
+	case at < run.heal:
+		return phaseBad
+	}
+	return phaseHealed
+}
+
+// healthyEjections is how many times the policy ejected a healthy
+// backend, in every phase.
+func (a *armResult) healthyEjections() int {
+	return a.healthyEjected[phaseWarm] + a.healthyEjected[phaseBad] + a.healthyEjected[phaseHealed]
 }
 
 func (r *caseResult) arm(name string) *armResult {

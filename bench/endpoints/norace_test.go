@@ -1,0 +1,5 @@
+//go:build !race
+
+package endpoints
+
+const raceOn = false
