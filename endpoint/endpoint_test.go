@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,7 +57,9 @@ func serve(r *rr, n int, took func(i int) time.Duration, out func(i int) endpoin
 	return got
 }
 
-func ms(d int) func(int) time.Duration { return func(int) time.Duration { return time.Duration(d) * time.Millisecond } }
+func ms(d int) func(int) time.Duration {
+	return func(int) time.Duration { return time.Duration(d) * time.Millisecond }
+}
 
 func badIs(bad int, o endpoint.Outcome) func(int) endpoint.Outcome {
 	return func(i int) endpoint.Outcome {
@@ -273,4 +276,69 @@ func TestSettingsErrors(t *testing.T) {
 			t.Errorf("%+v: %v, want an *endpoint.Error naming %s", tc.s, err, tc.field)
 		}
 	}
+}
+
+func TestSlowReadmitted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		slow := true
+		took := func(i int) time.Duration {
+			if i == 0 && slow {
+				return 50 * time.Millisecond
+			}
+			return time.Millisecond
+		}
+		r := &rr{set: newSet(t, 5, endpoint.Settings{})}
+		serve(r, 200, took, badIs(-1, endpoint.Failed))
+		ep := r.set.Endpoints()[0]
+		if !ep.Ejected() {
+			t.Fatal("the slow endpoint is not ejected")
+		}
+		// Slow through rounds of probes, then fast.
+		serve(r, 3000, took, badIs(-1, endpoint.Failed))
+		slow = false
+		healed := time.Now()
+		for ep.Ejected() && time.Since(healed) < 3*endpoint.DefaultMaxOpenTimeout {
+			serve(r, 10, took, badIs(-1, endpoint.Failed))
+		}
+		if ep.Ejected() {
+			t.Errorf("the endpoint, fast again, is still ejected %v after", time.Since(healed))
+		}
+	})
+}
+
+// TestStuckPassedBy: calls in an open loop, one every 500 µs; endpoint #0
+// starts to hang (nothing it is sent ends for 300 ms). Picks pass it by
+// once its calls in flight have ended none for the slow threshold, before
+// the first of them has failed: a handful of calls reach it, not a
+// quarter of those made while they hang.
+func TestStuckPassedBy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rr{set: newSet(t, 4, endpoint.Settings{})}
+		serve(r, 100, ms(1), badIs(-1, endpoint.Failed))
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		got := 0
+		for range 400 {
+			mu.Lock()
+			i, p := r.pick(context.Background())
+			mu.Unlock()
+			if i == 0 {
+				got++
+			}
+			wg.Go(func() {
+				if i == 0 {
+					time.Sleep(300 * time.Millisecond)
+					p.Done(endpoint.Ended)
+					return
+				}
+				time.Sleep(time.Millisecond)
+				p.Done(endpoint.Answered)
+			})
+			time.Sleep(500 * time.Microsecond)
+		}
+		wg.Wait()
+		if th := r.set.SlowThreshold(); got > int(th/(500*time.Microsecond))/4+2 {
+			t.Errorf("the hanging endpoint got %d of 400 calls, want those picked within the slow threshold (%v) and no more", got, th)
+		}
+	})
 }

@@ -17,8 +17,9 @@ type Outcome int
 
 const (
 	// Answered: the endpoint answered (a success, or an answer that says
-	// nothing against its health, such as a caller's error). An answer
-	// slower than the slow threshold counts as a failure.
+	// nothing against its health, such as a caller's error). It counts
+	// as a failure while the endpoint's typical answer time (a moving
+	// average) is past the slow threshold.
 	Answered Outcome = iota
 	// Failed: the endpoint failed the call (unavailable, an internal
 	// error, an HTTP 5xx, a reset connection).
@@ -57,34 +58,44 @@ func (p Pass) Done(o Outcome) {
 	if ep == nil {
 		return
 	}
-	took := time.Since(p.start)
+	now := time.Now()
+	took := now.Sub(p.start)
 	s := ep.set
+	ep.inflight.Add(-1)
+	ep.progress.Store(int64(now.Sub(s.epoch)))
 	slow := s.slow.Load()
-	late := slow > 0 && int64(took) > slow
-	switch {
-	case o == NotSent:
+	switch o {
+	case NotSent:
 		p.permit.Done(errEnded)
 		return
-	case o == Failed:
+	case Failed:
 		p.permit.Done(errFailed)
-	case o == Ended && late:
-		p.permit.Done(errSlow)
-	case o == Ended:
-		p.permit.Done(errEnded)
-	case late:
-		ep.observe(took)
-		p.permit.Done(errSlow)
+	case Ended:
+		// A call a deadline ended is judged by its own time: one that ran
+		// past the threshold is a hang.
+		if slow > 0 && int64(took) > slow {
+			p.permit.Done(errSlow)
+		} else {
+			p.permit.Done(errEnded)
+		}
 	default:
-		ep.observe(took)
-		p.permit.Done(nil)
+		// An answer is judged by the endpoint's typical time, which a
+		// stall of the whole client (a pause, a burst of load) moves for
+		// every endpoint at once, and the median with them.
+		if typical := ep.observe(took); slow > 0 && typical > float64(slow) {
+			p.permit.Done(errSlow)
+		} else {
+			p.permit.Done(nil)
+		}
 	}
 	if n := s.dones.Add(1); n%16 == 0 {
 		s.judge()
 	}
 }
 
-// observe moves the endpoint's typical latency toward took.
-func (ep *Endpoint) observe(took time.Duration) {
+// observe moves the endpoint's typical latency toward took, and returns
+// it.
+func (ep *Endpoint) observe(took time.Duration) float64 {
 	x := float64(took)
 	for {
 		old := ep.ewma.Load()
@@ -93,8 +104,9 @@ func (ep *Endpoint) observe(took time.Duration) {
 		if old != 0 {
 			nv = v + 0.2*(x-v)
 		}
-		if ep.ewma.CompareAndSwap(old, math.Float64bits(max(nv, 1))) {
-			return
+		nv = max(nv, 1)
+		if ep.ewma.CompareAndSwap(old, math.Float64bits(nv)) {
+			return nv
 		}
 	}
 }
@@ -129,6 +141,10 @@ func (s *Set) SlowThreshold() time.Duration { return time.Duration(s.slow.Load()
 // Admit asks ep's breaker to admit one call of ctx. It reports false for an
 // ejected endpoint (open, or probing with its probes taken).
 func (s *Set) Admit(ctx context.Context, ep *Endpoint) (Pass, bool) {
+	return s.admit(ctx, ep, time.Now())
+}
+
+func (s *Set) admit(ctx context.Context, ep *Endpoint, now time.Time) (Pass, bool) {
 	permit, err := ep.b.Allow(ctx)
 	if err != nil {
 		return Pass{}, false
@@ -136,21 +152,36 @@ func (s *Set) Admit(ctx context.Context, ep *Endpoint) (Pass, bool) {
 	if c := attempt.Of(ctx); c != nil {
 		c.Try(ep.id)
 	}
-	return Pass{ep: ep, permit: permit, start: time.Now()}, true
+	if ep.inflight.Add(1) == 1 {
+		ep.progress.Store(int64(now.Sub(s.epoch)))
+	}
+	return Pass{ep: ep, permit: permit, start: now}, true
+}
+
+// stuck reports an endpoint that has calls in flight and has ended none
+// for longer than the slow threshold: a hang in the making, which picks
+// pass by before any call to it has failed (nothing is counted against
+// it for that).
+func (s *Set) stuck(ep *Endpoint, now time.Time) bool {
+	slow := s.slow.Load()
+	return slow > 0 && ep.inflight.Load() > 0 && int64(now.Sub(s.epoch))-ep.progress.Load() > slow
 }
 
 // Pick chooses the endpoint for one call of ctx among up to n candidates,
 // which next yields in the load balancer's order (with the endpoint each
 // one goes to; nil for one outside the set, which is taken as it is). It
-// skips an ejected endpoint, and one that an earlier attempt of the same
-// adapter call tried (a retry, a hedge) while another is admitted; when
-// every candidate is skipped it takes the first that was tried before, or
-// else the first candidate without a pass (nothing it may eject is left:
-// the cap keeps at least one endpoint, whose probes may be taken).
+// skips an ejected endpoint, one whose calls in flight have ended none for
+// longer than the slow threshold (a hang in the making), and one that an
+// earlier attempt of the same adapter call tried (a retry, a hedge) while
+// another is admitted; when every candidate is skipped it takes the first
+// one tried before, else the first candidate, admitted if its breaker
+// admits it, and else without a pass (nothing it may eject is left: the
+// cap keeps at least one endpoint, whose probes may be taken).
 func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, error)) (C, Pass, error) {
 	call := attempt.Of(ctx)
+	now := time.Now()
 	var first, again C
-	var againEP *Endpoint
+	var firstEP, againEP *Endpoint
 	for i := range max(n, 1) {
 		c, ep, err := next()
 		if err != nil {
@@ -160,7 +191,7 @@ func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, 
 			return c, Pass{}, nil
 		}
 		if i == 0 {
-			first = c
+			first, firstEP = c, ep
 		}
 		if call != nil && call.Tried(ep.id) {
 			if againEP == nil {
@@ -168,13 +199,21 @@ func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, 
 			}
 			continue
 		}
-		if p, ok := s.Admit(ctx, ep); ok {
+		if s.stuck(ep, now) {
+			continue
+		}
+		if p, ok := s.admit(ctx, ep, now); ok {
 			return c, p, nil
 		}
 	}
-	if againEP != nil {
-		if p, ok := s.Admit(ctx, againEP); ok {
-			return again, p, nil
+	for _, f := range [...]struct {
+		c  C
+		ep *Endpoint
+	}{{again, againEP}, {first, firstEP}} {
+		if f.ep != nil {
+			if p, ok := s.admit(ctx, f.ep, now); ok {
+				return f.c, p, nil
+			}
 		}
 	}
 	return first, Pass{}, nil

@@ -14,8 +14,9 @@ import (
 // Set is the endpoints of one service (a gRPC channel's, an HTTP host's),
 // each with its breaker. It is safe for concurrent use.
 type Set struct {
-	name string
-	s    Settings
+	name  string
+	s     Settings
+	epoch time.Time
 
 	mu   sync.Mutex
 	eps  map[string]*Endpoint // by address
@@ -34,9 +35,13 @@ type Endpoint struct {
 	id   uint64
 	b    *breaker.Breaker
 
-	ewma    atomic.Uint64 // the float64 bits of the answers' latency in ns (0: none yet)
-	ejected atomic.Bool   // its breaker is open or half-open, counted in set.ejected
-	gone    atomic.Bool   // removed from its set
+	ewma atomic.Uint64 // the float64 bits of the answers' latency in ns (0: none yet)
+	// inflight is its calls picked and not done; progress, when one of
+	// them last ended or, from idle, began (ns since the set's epoch).
+	inflight atomic.Int32
+	progress atomic.Int64
+	ejected  atomic.Bool // its breaker is open or half-open, counted in set.ejected
+	gone     atomic.Bool // removed from its set
 
 	ejections, readmissions, capped atomic.Uint64
 }
@@ -50,7 +55,7 @@ func NewSet(name string, s Settings) (*Set, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := &Set{name: name, s: s, eps: map[string]*Endpoint{}}
+	set := &Set{name: name, s: s, epoch: time.Now(), eps: map[string]*Endpoint{}}
 	set.list.Store(new([]*Endpoint))
 	return set, nil
 }
@@ -145,6 +150,10 @@ func (s *Set) newEndpoint(addr string) *Endpoint {
 func (ep *Endpoint) changed(to breaker.State) {
 	s := ep.set
 	switch to {
+	case breaker.StateHalfOpen:
+		// Its probes start its typical time afresh: the answers of its
+		// bad time must not fail the probes of a healed endpoint.
+		ep.ewma.Store(0)
 	case breaker.StateOpen:
 		if ep.ejected.Load() || ep.gone.Load() {
 			return

@@ -37,12 +37,13 @@ const (
 	// DefaultMaxEjectionPercent of the endpoints may be ejected at once
 	// (at least one of two or more).
 	DefaultMaxEjectionPercent = 10
-	// An answer slower than both DefaultSlowFactor times the typical
-	// endpoint's latency and that latency plus DefaultSlowMargin counts as
-	// a failure of its endpoint, as does a call that a deadline ended after
-	// running that long.
+	// The slow threshold is the larger of DefaultSlowFactor times the
+	// median endpoint's typical answer time and that time plus
+	// DefaultSlowMargin: an endpoint whose own typical time (a moving
+	// average of its answers) is past it fails its answers, as does a
+	// call that a deadline ended after running past it (a hang).
 	DefaultSlowFactor = 3.0
-	DefaultSlowMargin = 20 * time.Millisecond
+	DefaultSlowMargin = 5 * time.Millisecond
 )
 
 // Settings configure the endpoints of a service. A zero field keeps its
