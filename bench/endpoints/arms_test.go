@@ -25,6 +25,7 @@ import (
 
 // The arms, each with its own ten backends, side by side.
 const (
+	armControl     = "control"        // plain, its ten backends never bad: the healthy latency beside the others
 	armPlain       = "plain"          // gRPC round_robin; HTTP keep-alives, connections to the addresses in turn
 	armGRPCRetry   = "grpc-retry"     // grpc-go's retry over round_robin
 	armStdIdem     = "standard-idem"  // grpcmw.Standard, AllIdempotent, over round_robin
@@ -41,9 +42,9 @@ const (
 // order.
 func armsOf(proto string) []string {
 	if proto == "grpc" {
-		return []string{armPlain, armGRPCRetry, armStdIdem, armStd, armEpIdem, armEp}
+		return []string{armControl, armPlain, armGRPCRetry, armStdIdem, armStd, armEpIdem, armEp}
 	}
-	return []string{armPlain, armStdGet, armEpGet, armEpPost}
+	return []string{armControl, armPlain, armStdGet, armEpGet, armEpPost}
 }
 
 // isNew reports whether name is one of the per-endpoint policy's arms
@@ -55,6 +56,7 @@ func isNew(name string) bool {
 // armConfigs say how each arm is configured, for the report.
 var armConfigs = []struct{ proto, name, config string }{
 	{"grpc", armPlain, "`grpc.NewClient` on the test's resolver (`resolver/manual`, the ten addresses as endpoints), service config `" + grpcRoundRobin + "`, nothing else"},
+	{"both", armControl, "`plain`, on ten backends that stay healthy: its p99, in the same phase, is the healthy p99 the goal measures against (the host's load is the same for every arm)"},
 	{"grpc", armGRPCRetry, "the same, and grpc-go's retry in the service config: maxAttempts 3, initialBackoff 0.1s, maxBackoff 1s, backoffMultiplier 2, retryableStatusCodes UNAVAILABLE"},
 	{"grpc", armStdIdem, "`grpcmw.Standard(preset.Settings{}, grpcmw.AllIdempotent())`'s `DialOptions()` over round_robin: a chain per method (retry 3 attempts → adaptive limit → breaker → adaptive attempt timeout)"},
 	{"grpc", armStd, "`grpcmw.Standard(preset.Settings{})` over round_robin: the same chain, the method not idempotent (not retried)"},
@@ -164,7 +166,7 @@ func newGRPCArm(name string, f *fleet) (*arm, error) {
 	r.InitialState(resolver.State{Endpoints: eps})
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithResolvers(r)}
 	switch name {
-	case armPlain:
+	case armPlain, armControl:
 		opts = append(opts, grpc.WithDefaultServiceConfig(grpcRoundRobin))
 	case armGRPCRetry:
 		opts = append(opts, grpc.WithDefaultServiceConfig(grpcRetryConfig))
@@ -224,7 +226,7 @@ func newHTTPArm(name string, f *fleet) (*arm, error) {
 	var rt http.RoundTripper = tr
 	method := http.MethodGet
 	switch name {
-	case armPlain:
+	case armPlain, armControl:
 		tr.DialContext = rotatingDial(hosts{})
 	case armStdGet:
 		tr.DialContext = rotatingDial(hosts{})

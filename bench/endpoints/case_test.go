@@ -122,6 +122,9 @@ func runCase(c kase, tm timing) (_ *caseRun, err error) {
 	time.Sleep(tm.warm)
 	run.noise[phaseWarm] = probe.Take()
 	for _, a := range arms {
+		if a.name == armControl {
+			continue
+		}
 		for i, b := range a.fleet.bs {
 			if c.all || i == 0 {
 				b.set(c.fault)

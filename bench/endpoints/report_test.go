@@ -20,9 +20,9 @@ import (
 func (r *caseResult) text() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s.\n", r.c.name(), r.c.about())
-	fmt.Fprintf(&b, "Warm-up %v, bad %v, healed %v. Scheduling noise in the bad phase: %s.\n\n",
+	fmt.Fprintf(&b, "Warm-up %v, bad %v, healed %v. Scheduling noise in the bad phase: %s. Noise in the warm-up: %s.\n\n",
 		r.windows[phaseWarm].Round(10*time.Millisecond), r.windows[phaseBad].Round(10*time.Millisecond),
-		r.windows[phaseHealed].Round(10*time.Millisecond), noiseText(r.run.noise[phaseBad]))
+		r.windows[phaseHealed].Round(10*time.Millisecond), noiseText(r.run.noise[phaseBad]), noiseText(r.run.noise[phaseWarm]))
 	if len(r.run.skipped) > 0 {
 		fmt.Fprintf(&b, "Not run (the per-endpoint policy is not in this tree): %s.\n\n", strings.Join(r.run.skipped, ", "))
 	}
@@ -40,7 +40,7 @@ func (r *caseResult) text() string {
 				a.opens[phaseWarm], a.opens[phaseBad], a.opens[phaseHealed], when(a.firstOpen), most, a.capped, healed.ok, healed.started)
 		}
 	} else {
-		b.WriteString("| arm | all: ok / started | bad: ok / started | bad: ok p50 / p99 | healthy p99 | #0 received in the bad phase | #0 after its first second / fair share | refused (breaker / limit) | healthy backends ejected (warm-up / bad / healed) | #0 under 5 % from (servers) | #0 ejected (policy) | #0 back after the heal (servers) | #0 readmitted (policy) | breaker opens (warm-up / bad / healed) |\n")
+		b.WriteString("| arm | all: ok / started | bad: ok / started | bad: ok p50 / p99 | warm-up p99 | #0 received in the bad phase | #0 after its first second / fair share | refused (breaker / limit) | healthy backends ejected (warm-up / bad / healed) | #0 under 5 % from (servers) | #0 ejected (policy) | #0 back after the heal (servers) | #0 readmitted (policy) | breaker opens (warm-up / bad / healed) |\n")
 		b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, a := range r.arms {
 			bad := a.ph[phaseBad]
@@ -60,6 +60,9 @@ func (r *caseResult) text() string {
 		if e := errorsText(r.run.errs[i]); e != "" {
 			fmt.Fprintf(&b, "- %s's failed calls of the bad phase: %s\n", a.name, e)
 		}
+		if h := r.healthyEjectionsText(i); h != "" {
+			fmt.Fprintf(&b, "- %s ejected healthy backends: %s\n", a.name, h)
+		}
 	}
 	for _, a := range r.arms {
 		for _, v := range r.goal(&a) {
@@ -76,6 +79,23 @@ func (r *caseResult) text() string {
 		}
 	}
 	return b.String()
+}
+
+// healthyEjectionsText lists arm i's ejections of healthy backends: which
+// backend, in which phase, when.
+func (r *caseResult) healthyEjectionsText(i int) string {
+	run := r.run
+	var parts []string
+	for _, ch := range run.changes[i] {
+		if !ch.Ejected || ch.Capped || ch.Endpoint == run.addr0[i] {
+			continue
+		}
+		at := ch.at.Sub(run.clock)
+		ph := run.phaseAt(at)
+		from := [phases]time.Duration{0, run.bad, run.heal}[ph]
+		parts = append(parts, fmt.Sprintf("%s, %s + %s", ch.Endpoint, phaseNames[ph], ms(at-from)))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // errorsText lists the three commonest errors of errs, with their
@@ -207,7 +227,7 @@ func writeDoc(results []*caseResult, tm timing) error {
 	for _, a := range armConfigs {
 		fmt.Fprintf(&b, "| %s | `%s` | %s |\n", a.proto, a.name, a.config)
 	}
-	b.WriteString("\nWhat the columns say. *ok / started*: calls that succeeded, of the calls started in the phase. *p50 / p99*: of the successful calls started in the bad phase; the healthy p99 is the same arm's in the warm-up. *#0 after its first second / fair share*: the requests backend #0 received from one second after the fault's start to the heal, against a tenth of what the ten received then (retries included). *refused*: calls the client refused itself (an open breaker, the adaptive limit) in the bad phase, while nine backends were healthy. *#0 under 5 % from (servers)*: from the fault's start to the last request #0 received before its share stayed under 5 % of its fair share until the heal, as the servers saw it; with keep-alives a hanging backend receives few requests anyway (each holds its connection until the deadline), so this is not an ejection there. *#0 ejected / readmitted (policy)*: the per-endpoint policy's own account (`endpoint.Settings.OnChange`), from the fault's start and from the heal (0: not ejected at the heal). *#0 back after the heal (servers)*: from the heal to the first request to #0 that begins a 250 ms window in which it received half its fair share.\n\n")
+	b.WriteString("\nWhat the columns say. *ok / started*: calls that succeeded, of the calls started in the phase. *p50 / p99*: of the successful calls started in the bad phase; *warm-up p99*: the same arm's before the fault; the goal's healthy p99 is the `control` arm's in the bad phase (ten backends that stay healthy, beside the others, under the same load of the host). *#0 after its first second / fair share*: the requests backend #0 received from one second after the fault's start to the heal, against a tenth of what the ten received then (retries included). *refused*: calls the client refused itself (an open breaker, the adaptive limit) in the bad phase, while nine backends were healthy. *#0 under 5 % from (servers)*: from the fault's start to the last request #0 received before its share stayed under 5 % of its fair share until the heal, as the servers saw it; with keep-alives a hanging backend receives few requests anyway (each holds its connection until the deadline), so this is not an ejection there. *#0 ejected / readmitted (policy)*: the per-endpoint policy's own account (`endpoint.Settings.OnChange`), from the fault's start and from the heal (0: not ejected at the heal). *#0 back after the heal (servers)*: from the heal to the first request to #0 that begins a 250 ms window in which it received half its fair share.\n\n")
 	fmt.Fprintf(&b, "The goal (issue 34), for the per-endpoint arms with one backend failing, hanging or slow: ≥ %.1f %% of the calls succeed, idempotent or not, with p99 within the healthy p99 + %v; #0 receives ≤ %.0f %% of its fair share after the first second; no healthy backend refused; #0 ejected within %v of the fault's start and readmitted within %v of the heal; with every backend failing, at most the max ejection percent (one of ten) ejected at once and the per-method or per-host breaker opening as today. ✓ / ✗ in the tables: the goal met or not, as stated, without the test's allowance; the cases list each verdict.\n\n",
 		100*goalSuccess, goalP99Over, 100*goalShare, goalEject, goalReadmit)
 	b.WriteString("### gRPC: the bad phase's success, p99, #0's share of its fair share after the first second\n\n" + summaryTable(results, "grpc") + "\n")
