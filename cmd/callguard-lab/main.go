@@ -67,7 +67,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("callguard-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	full := fs.Bool("full", false, "run the seeds' own durations (slower), not the quick scaled ones")
-	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1; or A, C); with --chain or --service-config, the what-if scenarios (W1 … W12, or by name: blackhole, delay)")
+	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1, E1; or A, C); with --chain or --service-config, the what-if scenarios (W1 … W12, or by name: blackhole, delay)")
 	proto := fs.String("proto", "both", "the protocol of the experiments: http, grpc or both")
 	jsonOut := fs.String("json", "", "write every measured number, with its unit and the seed's reference, to this file")
 	reportDir := fs.String("report", "", "write a self-contained index.html with the tables and timelines to this directory")
