@@ -96,7 +96,7 @@ func (r *caseResult) goal(a *armResult) []verdict {
 		what:      fmt.Sprintf("#0 ejected within %v of the fault's start", goalEject),
 		held:      a.ejected != none && a.ejected <= goalEject,
 		tolerated: a.ejected != none && a.ejected <= goalEject+late,
-		detail:    fmt.Sprintf("the policy ejected it after %s; its share stayed under %.0f %% from %s (servers)", when(a.ejected), 100*quietShare, when(a.quiet)),
+		detail:    fmt.Sprintf("the policy ejected it after %s; its requests paused from %s (servers)", when(a.ejected), when(a.quiet)),
 	})
 	out = append(out, verdict{
 		what:      fmt.Sprintf("#0 readmitted within %v of the heal", goalReadmit),

@@ -33,8 +33,7 @@ type armResult struct {
 	to0, toAll, bad0 int
 	share            float64
 	// quiet: from the fault's start to the last call #0 received before
-	// its share of the fleet's calls stayed under 5 % of its fair share
-	// until the heal (server-side; none if it never did); back: from the
+	// its first pause (quietFrom; server-side; none if none); back: from the
 	// heal to the first call #0 received in a 250 ms window in which it
 	// got at least half its fair share.
 	quiet, back time.Duration
@@ -204,34 +203,34 @@ func count(d []time.Duration, from, to time.Duration) int {
 
 // The server-side account of ejection and readmission.
 const (
-	quietShare = 0.05                   // #0 under this share of its fair share: out of the picks
-	quietMin   = 500 * time.Millisecond // and so until the heal, at least this long
+	gapMin     = 250 * time.Millisecond // out of the picks: no request to #0 for this long
+	gapFleet   = 50                     // while the fleet received at least this many
 	backWindow = 250 * time.Millisecond // readmitted: half its fair share in such a window
 	backMin    = 40                     // of at least this many of the fleet's calls
 )
 
-// quietFrom is, from bad, the last call #0 received before its share of
-// the fleet's calls stayed under quietShare of its fair share until heal
-// (the moment it was out of the picks, as the servers saw it): bad itself
-// or one of #0's arrivals, at least quietMin before heal; none if no such
-// moment.
+// quietFrom is, from bad, the last request #0 received before its first
+// pause of at least gapMin during which the fleet received at least
+// gapFleet requests (out of the picks, as the servers saw it; a pause of
+// the whole arm is not one); bad itself if the pause starts there; none
+// if there was no such pause before heal.
 func quietFrom(b0, fleet []time.Duration, bad, heal time.Duration) time.Duration {
-	cands := []time.Duration{bad}
 	i, _ := slices.BinarySearch(b0, bad)
-	for _, t := range b0[i:] {
-		if t >= heal-quietMin {
-			break
+	t := bad
+	for {
+		next := heal
+		if i < len(b0) && b0[i] < heal {
+			next = b0[i]
 		}
-		cands = append(cands, t)
-	}
-	for _, t := range cands {
-		n0 := count(b0, t+1, heal)
-		n := count(fleet, t+1, heal)
-		if n > 0 && float64(n0) <= quietShare*float64(n)/backends {
+		if next-t >= gapMin && t+gapMin <= heal && count(fleet, t+1, t+gapMin) >= gapFleet {
 			return t - bad
 		}
+		if next >= heal {
+			return none
+		}
+		t = next
+		i++
 	}
-	return none
 }
 
 // backFrom is, from heal, the first call #0 received that starts a
