@@ -55,8 +55,8 @@ func isNew(name string) bool {
 
 // armConfigs say how each arm is configured, for the report.
 var armConfigs = []struct{ proto, name, config string }{
-	{"grpc", armPlain, "`grpc.NewClient` on the test's resolver (`resolver/manual`, the ten addresses as endpoints), service config `" + grpcRoundRobin + "`, nothing else"},
 	{"both", armControl, "`plain`, on ten backends that stay healthy: its p99, in the same phase, is the healthy p99 the goal measures against (the host's load is the same for every arm)"},
+	{"grpc", armPlain, "`grpc.NewClient` on the test's resolver (`resolver/manual`, the ten addresses as endpoints), service config `" + grpcRoundRobin + "`, nothing else"},
 	{"grpc", armGRPCRetry, "the same, and grpc-go's retry in the service config: maxAttempts 3, initialBackoff 0.1s, maxBackoff 1s, backoffMultiplier 2, retryableStatusCodes UNAVAILABLE"},
 	{"grpc", armStdIdem, "`grpcmw.Standard(preset.Settings{}, grpcmw.AllIdempotent())`'s `DialOptions()` over round_robin: a chain per method (retry 3 attempts → adaptive limit → breaker → adaptive attempt timeout)"},
 	{"grpc", armStd, "`grpcmw.Standard(preset.Settings{})` over round_robin: the same chain, the method not idempotent (not retried)"},

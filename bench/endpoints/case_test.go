@@ -25,6 +25,23 @@ func (c kase) name() string {
 	return c.proto + "/" + modeNames[c.fault]
 }
 
+// short names the fault in a table's row.
+func (c kase) short() string {
+	switch {
+	case c.all:
+		return "all ten fail"
+	case c.fault == modeFail:
+		return "fails every call"
+	case c.fault == modeHang:
+		return "hangs"
+	case c.fault == modeSlow:
+		return fmt.Sprintf("slow (×%d: %v)", slowBy, slowBy*service)
+	case c.fault == modeFlap:
+		return fmt.Sprintf("flaps (%v bad, %v good)", flapHalf, flapHalf)
+	}
+	return "?"
+}
+
 // about says what the case does, for the report.
 func (c kase) about() string {
 	fail := "UNAVAILABLE"

@@ -85,6 +85,9 @@ func (r *caseResult) text() string {
 // backend, in which phase, when.
 func (r *caseResult) healthyEjectionsText(i int) string {
 	run := r.run
+	if r.c.all {
+		return "" // every backend was bad
+	}
 	var parts []string
 	for _, ch := range run.changes[i] {
 		if !ch.Ejected || ch.Capped || ch.Endpoint == run.addr0[i] {
@@ -152,7 +155,7 @@ func summaryTable(results []*caseResult, proto string) string {
 		if r.c.proto != proto || r.c.all {
 			continue
 		}
-		row := []string{r.c.about()}
+		row := []string{r.c.short()}
 		for _, n := range names {
 			a := r.arm(n)
 			if a == nil {
@@ -193,7 +196,11 @@ func command() string {
 	b.WriteString("cd bench && go test ./endpoints/ -run TestEndpoints")
 	flag.Visit(func(f *flag.Flag) {
 		if strings.HasPrefix(f.Name, "endpoints.") {
-			fmt.Fprintf(&b, " -%s=%s", f.Name, f.Value)
+			v := f.Value.String()
+			if strings.ContainsAny(v, "|()*?[]{}$ ") {
+				v = "'" + v + "'"
+			}
+			fmt.Fprintf(&b, " -%s=%s", f.Name, v)
 		}
 	})
 	return b.String()
