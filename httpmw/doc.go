@@ -31,14 +31,15 @@
 // at once: a second attempt in flight is refused before it is sent. A
 // failing answer that may be retried is read into memory (up to
 // [DrainUpTo]) and its connection released at once. Through an
-// *http.Transport with MaxConnsPerHost, an attempt its deadline cut before
-// it had half its time on the server's side is the client's wait, neutral
-// to breakers: waiting for a connection of the pool that exists (every
-// slot held by a connection in use) is the client's time; making one (a
-// dial, a TLS handshake, a host that drops SYNs: the time no connection to
-// the host is in use) and the time with it are the server's, so that an
-// unreachable host opens a breaker. Connections held by requests that
-// reach the base without a Transport of this package are not seen.
+// *http.Transport with MaxConnsPerHost (or an [Endpoints] over one), an
+// attempt its deadline cut before it had half its time on the server's
+// side is the client's wait, neutral to breakers: waiting for a
+// connection of the pool that exists (every slot held by a connection in
+// use) is the client's time; making one (a dial, a TLS handshake, a host
+// that drops SYNs: the time no connection to the host is in use) and the
+// time with it are the server's, so that an unreachable host opens a
+// breaker. Connections held by requests that reach the base without a
+// Transport of this package are not seen.
 // docs/attempts.md states the invariants.
 //
 // A rejection before any attempt was sent — a breaker open
@@ -90,4 +91,16 @@
 // breaker is in which state. A fallback in the chain answers a failed
 // request with [Respond]; [OnOpen] answers only requests the breaker
 // rejected before any attempt.
+//
+// # Per address
+//
+// [Endpoints], the base of a Transport, spreads each host's requests over
+// the addresses the host resolves to, with a breaker per address (package
+// endpoint): one bad backend behind a name is ejected (never more than a
+// share of them at once) and probed back, while the chain's breaker goes
+// on judging the whole host; a retry or a hedge goes to an address the
+// request's earlier attempts did not try.
+//
+//	eps, err := httpmw.NewEndpoints(nil, endpoint.Settings{})
+//	tr, err := httpmw.Standard(eps, preset.Settings{})
 package httpmw

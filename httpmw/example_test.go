@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/endpoint"
 	"github.com/callguard/callguard/fallback"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/preset"
@@ -105,4 +107,57 @@ func ExampleStandard() {
 	_ = resp.Body.Close()
 	fmt.Println(resp.StatusCode, string(body), "after", calls, "attempts;", len(tr.Breakers()), "host's chain")
 	// Output: 200 hello after 2 attempts; 1 host's chain
+}
+
+// staticResolver resolves the host names it maps to their addresses.
+type staticResolver map[string][]string
+
+func (r staticResolver) LookupHost(_ context.Context, host string) ([]string, error) {
+	if addrs, ok := r[host]; ok {
+		return addrs, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+// Requests for a host name spread over the addresses it resolves to, each
+// with a breaker of its own, under the recommended chain: a failing
+// address is ejected and a retry goes to another.
+func ExampleEndpoints() {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, _ := net.SplitHostPort(r.Host)
+		fmt.Fprint(w, "hello from ", host) // the Host header keeps the name
+	}))
+	defer srv.Close()
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+
+	// Here api.internal resolves to the test server's address; without
+	// the Resolver option, net.DefaultResolver looks hosts up. A nil base
+	// is a clone of http.DefaultTransport.
+	eps, err := httpmw.NewEndpoints(&http.Transport{}, endpoint.Settings{},
+		httpmw.Resolver(staticResolver{"api.internal": {"127.0.0.1"}}))
+	if err != nil {
+		fmt.Println(err) // an invalid setting, by name
+		return
+	}
+	tr, err := httpmw.Standard(eps, preset.Settings{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	client := &http.Client{Transport: tr}
+	defer client.CloseIdleConnections()
+	resp, err := client.Get("http://api.internal:" + port + "/")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	fmt.Println(resp.StatusCode, string(body))
+	for _, s := range eps.Statuses() {
+		fmt.Println(s.Service, s.Endpoint, s.State, "ejected:", s.Ejected)
+	}
+	// Output:
+	// 200 hello from api.internal
+	// api.internal 127.0.0.1 closed ejected: false
 }

@@ -79,9 +79,11 @@ func exchangeAttempt(actx context.Context) error {
 }
 
 func (x *exchange) attempt(actx context.Context) (err error) {
-	if actx == context.Context(x) {
+	if actx == context.Context(x) && !x.t.spreads {
 		// No policy made the attempt a context of its own: it runs in
-		// the request's, and the request is sent as it is.
+		// the request's, and the request is sent as it is. Over an
+		// *Endpoints, it runs in the exchange, whose Value answers the
+		// call's attempt.Call: the endpoints the earlier attempts tried.
 		actx = x.Context
 	}
 	a, err := x.call.Begin(x.mayRetry)

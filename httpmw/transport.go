@@ -25,9 +25,14 @@ type Transport struct {
 	source keyed.Source[*prepared]
 	tel    *telemetry.T // nil without Metrics and Logger
 	// conns: the base is an *http.Transport whose connections per host
-	// are bounded, so that a request may wait for one (see conns); nil
-	// otherwise.
+	// are bounded, so that a request may wait for one (see conns), or an
+	// *Endpoints over one; nil otherwise.
 	conns *conns
+	// spreads: the base is an *Endpoints, which reads the endpoints the
+	// request's earlier attempts tried from its attempts' contexts: an
+	// attempt is sent with its exchange as its context (see
+	// exchange.attempt).
+	spreads bool
 }
 
 // prepared is a chain as the transport runs it: what it derives from the
@@ -51,8 +56,13 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 		return nil, err
 	}
 	t := &Transport{base: base, cfg: cfg}
-	if ht, ok := base.(*http.Transport); ok && ht.MaxConnsPerHost > 0 {
-		t.conns = connsOf(ht)
+	switch b := base.(type) {
+	case *http.Transport:
+		if b.MaxConnsPerHost > 0 {
+			t.conns = connsOf(b)
+		}
+	case interface{ endpointConns() *conns }:
+		t.conns, t.spreads = b.endpointConns(), true
 	}
 	tel, err := telemetry.New("httpmw", cfg.client, "server.address", cfg.meter, cfg.logger, func(fn func(string, *chain.Chain)) {
 		t.source.Each(func(key string, p *prepared) { fn(key, p.chain) })
