@@ -80,4 +80,8 @@ func TestReadmission(t *testing.T) {
 			t.Errorf("%s: readmission = %v, want %v", c.name, got, c.want)
 		}
 	}
+	// httpmw names an endpoint by its IP, the port being the URL's.
+	if !is0("127.0.0.2", "127.0.0.2:8080") || !is0("127.0.0.2:8080", "127.0.0.2:8080") || is0("127.0.0.3", "127.0.0.2:8080") {
+		t.Error("is0 does not tell backend #0 by its IP or its address")
+	}
 }

@@ -276,7 +276,7 @@ func newHTTPArm(name string, f *fleet) (*arm, error) {
 		}
 		return nil
 	}
-	a.close = tr.CloseIdleConnections
+	a.close = client.CloseIdleConnections
 	return a, nil
 }
 

@@ -90,7 +90,7 @@ func (r *caseResult) healthyEjectionsText(i int) string {
 	}
 	var parts []string
 	for _, ch := range run.changes[i] {
-		if !ch.Ejected || ch.Capped || ch.Endpoint == run.addr0[i] {
+		if !ch.Ejected || ch.Capped || is0(ch.Endpoint, run.addr0[i]) {
 			continue
 		}
 		at := ch.at.Sub(run.clock)

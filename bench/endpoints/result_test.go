@@ -1,6 +1,7 @@
 package endpoints
 
 import (
+	"net"
 	"slices"
 	"time"
 )
@@ -112,7 +113,7 @@ func summarize(run *caseRun, tm timing) *caseResult {
 			switch {
 			case ch.Capped:
 				a.capped++
-			case ch.Ejected && ch.Endpoint != run.addr0[i]:
+			case ch.Ejected && !is0(ch.Endpoint, run.addr0[i]):
 				a.healthyEjected[run.phaseAt(at)]++
 			case ch.Ejected && at >= run.bad && a.ejected == none:
 				a.ejected = at - run.bad
@@ -163,7 +164,7 @@ func (r *caseResult) arm(name string) *armResult {
 func readmission(chs []change, addr0 string, clock time.Time, heal time.Duration) time.Duration {
 	ejected := false
 	for _, ch := range chs {
-		if ch.Endpoint != addr0 || ch.Capped {
+		if !is0(ch.Endpoint, addr0) || ch.Capped {
 			continue
 		}
 		at := ch.at.Sub(clock)
@@ -182,6 +183,17 @@ func readmission(chs []change, addr0 string, clock time.Time, heal time.Duration
 		return none
 	}
 	return 0
+}
+
+// is0 reports whether a policy's endpoint is backend #0 at addr0
+// (ip:port): grpcmw names an endpoint by its address, httpmw by its IP
+// (the port is the URL's).
+func is0(ep, addr0 string) bool {
+	if ep == addr0 {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr0)
+	return err == nil && ep == host
 }
 
 // merge is the arrivals of every backend, sorted.
