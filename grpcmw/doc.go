@@ -100,4 +100,12 @@
 // The caller's own cancellation, ClientConn.Close and a send that fails on
 // the client's side (such as a message over grpc.MaxCallSendMsgSize) are
 // neutral to the breakers, whether or not the caller calls RecvMsg again.
+//
+// # Per endpoint
+//
+// Below the chain, the load-balancing policy [BalancerName] keeps a breaker
+// per backend of a channel (package endpoint): [NewEndpointHealth] and the
+// option [Endpoints] put it on the interceptors' channels, and a retry or a
+// hedge of a unary call goes to a backend its earlier attempts did not try.
+// See docs/endpoints.md.
 package grpcmw

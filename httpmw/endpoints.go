@@ -281,10 +281,10 @@ func (e *Endpoints) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, fmt.Errorf("httpmw: Endpoints: resolving %q: %w", h.name, ErrNoAddresses)
 	}
-	at := h.rr.Add(1) - 1
+	// Each candidate takes a turn of its own: a skipped address's turn is
+	// spent, not handed to its neighbour, which would get a double share.
 	ep, pass, _ := endpoint.Pick(ctx, h.set, len(list), func() (*endpoint.Endpoint, *endpoint.Endpoint, error) {
-		ep := list[at%n]
-		at++
+		ep := list[(h.rr.Add(1)-1)%n]
 		return ep, ep, nil
 	})
 

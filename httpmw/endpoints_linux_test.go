@@ -252,6 +252,13 @@ func TestEndpointsEjectFailing(t *testing.T) {
 	if after[bad] > 2 || rest[503] != int(after[bad]) || rest[200] != 500-int(after[bad]) {
 		t.Errorf("after the first 100 requests (%v), the failing address got %d of 500 (%v); want at most 2", first, after[bad], rest)
 	}
+	// The ejected address's turns are spent, not handed to its neighbour:
+	// each healthy one gets about a ninth.
+	for i, n := range after {
+		if i != bad && (n < 45 || n > 66) {
+			t.Errorf("healthy address %d got %d of 500 (%v); want about 500 / 9", i, n, after)
+		}
+	}
 	for _, s := range eps.Statuses() {
 		if isBad := s.Endpoint == b.addrs[bad]; s.Ejected != isBad || !isBad && (s.Ejections != 0 || s.Capped != 0) {
 			t.Errorf("%+v; want only %s ejected", s, b.addrs[bad])

@@ -71,6 +71,11 @@ func New(base http.RoundTripper, c *chain.Chain, opts ...Option) (*Transport, er
 		return nil, fmt.Errorf("httpmw: Metrics: %w", err)
 	}
 	t.tel = tel
+	if eps, ok := base.(*Endpoints); ok {
+		if err := tel.Endpoints(cfg.meter, eps.Statuses); err != nil {
+			return nil, fmt.Errorf("httpmw: Metrics: %w", err)
+		}
+	}
 	if cfg.perKey != nil {
 		cfg.perKey.OnEvict = tel.Evicted(cfg.onEvict)
 	}
