@@ -2,7 +2,9 @@
 // (issue 34): ten real servers per arm on 127.0.0.2 … 127.0.0.11 (one
 // port per arm), reached through a resolver of the test's own, one of
 // them failing every call, hanging, slow or flapping, then healed; the
-// arms side by side, each with its own ten servers: a plain client
+// arms side by side, each with its own ten servers: a control whose
+// servers stay healthy (the healthy latency under the host's load of the
+// moment), a plain client
 // (gRPC round_robin; HTTP with keep-alives, a connection to one of the
 // addresses in turn), grpc-go's own retry, today's Standard (a breaker
 // per method or per host) and Standard with the per-endpoint policy
@@ -13,7 +15,7 @@
 // (docs/endpoints.md):
 //
 //	cd bench && go test ./endpoints/                          # the bounded cases, under a minute
-//	cd bench && go test ./endpoints/ -endpoints.full -v       # every case, about three minutes
+//	cd bench && go test ./endpoints/ -endpoints.full -v       # every case, about two minutes
 //	cd bench && go test ./endpoints/ -endpoints.full -endpoints.write-docs
 //
 // The package is tests only.
