@@ -342,3 +342,51 @@ func TestStuckPassedBy(t *testing.T) {
 		}
 	})
 }
+
+// TestProbesPreferRetriedCalls: an ejected endpoint's probe is a call
+// that may be retried (its retry goes elsewhere if the probe fails); a
+// call that may not passes the probe by, until such calls have had an
+// open stay to come.
+func TestProbesPreferRetriedCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rr{set: newSet(t, 2, endpoint.Settings{})}
+		serve(r, 20, ms(1), badIs(0, endpoint.Failed))
+		ep := r.set.Endpoints()[0]
+		if !ep.Ejected() {
+			t.Fatal("not ejected")
+		}
+		time.Sleep(endpoint.DefaultOpenTimeout) // its stay is over
+		pick := func(repeat bool) *endpoint.Endpoint {
+			var c attempt.Call
+			if _, err := c.Begin(repeat); err != nil {
+				t.Fatal(err)
+			}
+			_, p := r.pick(context.WithValue(context.Background(), attempt.Key{}, &c))
+			p.Done(endpoint.Failed)
+			return p.Endpoint()
+		}
+		for i := range 10 {
+			if got := pick(false); got == ep {
+				t.Fatalf("call %d, not to be retried, was the probe", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := pick(true); got != ep {
+			t.Fatalf("a call that may be retried was not the probe (went to %v)", got)
+		}
+		// Failed: open again. Only calls that may not be retried now: they
+		// probe once one more stay has passed.
+		time.Sleep(2 * endpoint.DefaultMaxOpenTimeout)
+		probed := false
+		for range 200 {
+			if pick(false) == ep {
+				probed = true
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if !probed {
+			t.Error("with no call that may be retried, the endpoint was never probed")
+		}
+	})
+}

@@ -167,11 +167,30 @@ func (s *Set) stuck(ep *Endpoint, now time.Time) bool {
 	return slow > 0 && ep.inflight.Load() > 0 && int64(now.Sub(s.epoch))-ep.progress.Load() > slow
 }
 
+// spare reports a probe of ep to pass by: ep's breaker is not closed (a
+// call admitted now would be its probe) and call may not be retried,
+// while a call that may (whose retry goes elsewhere if the probe fails)
+// has had one open stay to come.
+func (s *Set) spare(call *attempt.Call, ep *Endpoint, now time.Time) bool {
+	if ep.b.State() == breaker.StateClosed || call.Repeatable() {
+		return false
+	}
+	t := int64(now.Sub(s.epoch))
+	since := ep.awaited.Load()
+	if since == 0 {
+		ep.awaited.CompareAndSwap(0, t)
+		return true
+	}
+	return t-since < int64(s.s.Breaker.OpenTimeout)
+}
+
 // Pick chooses the endpoint for one call of ctx among up to n candidates,
 // which next yields in the load balancer's order (with the endpoint each
 // one goes to; nil for one outside the set, which is taken as it is). It
 // skips an ejected endpoint, one whose calls in flight have ended none for
-// longer than the slow threshold (a hang in the making), and one that an
+// longer than the slow threshold (a hang in the making), a probe for a
+// call that may not be retried (until calls that may have had an open
+// stay to probe), and one that an
 // earlier attempt of the same adapter call tried (a retry, a hedge) while
 // another is admitted; when every candidate is skipped it takes the first
 // one tried before, else the first candidate, admitted if its breaker
@@ -199,7 +218,7 @@ func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, 
 			}
 			continue
 		}
-		if s.stuck(ep, now) {
+		if s.stuck(ep, now) || call != nil && s.spare(call, ep, now) {
 			continue
 		}
 		if p, ok := s.admit(ctx, ep, now); ok {

@@ -40,8 +40,12 @@ type Endpoint struct {
 	// them last ended or, from idle, began (ns since the set's epoch).
 	inflight atomic.Int32
 	progress atomic.Int64
-	ejected  atomic.Bool // its breaker is open or half-open, counted in set.ejected
-	gone     atomic.Bool // removed from its set
+	// awaited is when a probe of it was first passed by for a call that
+	// may not be retried, in this state of its breaker (ns since the
+	// set's epoch; 0: none).
+	awaited atomic.Int64
+	ejected atomic.Bool // its breaker is open or half-open, counted in set.ejected
+	gone    atomic.Bool // removed from its set
 
 	ejections, readmissions, capped atomic.Uint64
 }
@@ -149,6 +153,7 @@ func (s *Set) newEndpoint(addr string) *Endpoint {
 // the cap (beyond it the breaker is closed again), a closing readmits it.
 func (ep *Endpoint) changed(to breaker.State) {
 	s := ep.set
+	ep.awaited.Store(0)
 	switch to {
 	case breaker.StateHalfOpen:
 		// Its probes start its typical time afresh: the answers of its

@@ -31,9 +31,11 @@ const (
 	DefaultOpenTimeout    = 500 * time.Millisecond
 	DefaultMaxOpenTimeout = time.Second
 	// DefaultHalfOpenProbes calls probe an ejected endpoint;
-	// DefaultHalfOpenSuccesses of them readmit it.
-	DefaultHalfOpenProbes    = 3
-	DefaultHalfOpenSuccesses = 2
+	// DefaultHalfOpenSuccesses of them readmit it. One: a probe that
+	// fails is a caller's call that fails (a call that may be retried is
+	// preferred for it, see Pick), and Envoy readmits with none.
+	DefaultHalfOpenProbes    = 1
+	DefaultHalfOpenSuccesses = 1
 	// DefaultMaxEjectionPercent of the endpoints may be ejected at once
 	// (at least one of two or more).
 	DefaultMaxEjectionPercent = 10

@@ -28,7 +28,7 @@ import (
 //	{"loadBalancingConfig": [{"callguard_endpoints": {
 //	    "childPolicy": [{"round_robin": {}}],
 //	    "consecutiveFailures": 5, "openTimeout": "0.5s", "maxOpenTimeout": "1s",
-//	    "halfOpenProbes": 3, "halfOpenSuccesses": 2,
+//	    "halfOpenProbes": 1, "halfOpenSuccesses": 1,
 //	    "maxEjectionPercent": 10, "slowFactor": 3, "slowMargin": "0.02s"}}]}
 //
 // Each field may be left out (its default, package endpoint's); the

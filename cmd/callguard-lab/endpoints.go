@@ -24,7 +24,7 @@ func (l *lab) oneBad(string) error {
 	// time only.
 	t := &Table{ID: "E1", Title: "one bad backend of ten", Proto: "grpc", Scale: 1,
 		Setup: fmt.Sprintf("%d real gRPC servers on loopback behind one name (a resolver of the lab's own, round_robin), each answering in %v; 20 callers with 1 s deadlines, %v warm, then backend #0 bad for %v, then healed for %v. "+
-			"Slow: ten times the healthy time. The chain is grpcmw.Standard (preset.Settings{}), alone (per-method breaker) and with grpcmw.Endpoints (a breaker per endpoint: 5 consecutive failures, open 0.5 s → 1 s, 2 of 3 probes, at most 10 %% ejected).",
+			"Slow: ten times the healthy time. The chain is grpcmw.Standard (preset.Settings{}), alone (per-method breaker) and with grpcmw.Endpoints (a breaker per endpoint: 5 consecutive failures, open 0.5 s → 1 s, one probe, preferably a call that may be retried, at most 10 %% ejected).",
 			scenario.Backends, scenario.HealthyTime, warm, bad, healed),
 		Columns:   []string{"backend #0", "client", "calls", "succeeded", "refused", "p99 (healthy p99)", "#0's calls after its first second (fair share)", "ejected after", "readmitted after the heal"},
 		Tolerance: "with Endpoints: at least 99.9 % of the calls succeed, p99 within the healthy p99 + 50 ms, #0 gets at most 5 % of its fair share after the fault's first second, ejected within 1 s, readmitted within 2 s of the heal, none refused; without it: measured only"}

@@ -41,6 +41,7 @@ type Call struct {
 	inflight int  // attempts begun and not finished
 	won      int  // the number of the attempt that committed, 0 if none
 	over     bool // the call has its result: no attempt may begin
+	repeat   bool // an attempt may follow the first (the call may be retried)
 	tried    [4]uint64
 	ntried   int // endpoints tried, the last len(tried) of them kept
 }
@@ -67,6 +68,14 @@ func (c *Call) Tried(id uint64) bool {
 		}
 	}
 	return false
+}
+
+// Repeatable reports whether the call may be sent again (idempotent),
+// as its last Begin said.
+func (c *Call) Repeatable() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.repeat
 }
 
 // Try records that an attempt of the call goes to the endpoint id.
@@ -122,6 +131,7 @@ func (c *Call) Begin(repeat bool) (Attempt, error) {
 	}
 	c.started++
 	c.inflight++
+	c.repeat = repeat
 	return Attempt{c: c, N: c.started, Alone: c.inflight == 1}, nil
 }
 
