@@ -109,6 +109,7 @@ type kase struct {
 	script     [][]answer
 	watchdog   time.Duration
 	margin     time.Duration // real sockets: how long before a deadline an answer must come to count as live
+	eps        *epCase       // gRPC: dialed through the endpoint policy (nil: one connection, passthrough)
 
 	origin time.Time
 
@@ -154,9 +155,14 @@ func (cs *kase) delays() []time.Duration {
 // drawBehaviour draws the calls and the downstream's answers.
 func (cs *kase) drawBehaviour() {
 	r := cs.rng
-	ds := cs.delays()
 	n := 1 + r.IntN(4)
 	cs.concurrent = n > 1 && r.IntN(2) == 0
+	cs.drawCalls(r, n)
+}
+
+// drawCalls draws n more calls, and their answers, from r.
+func (cs *kase) drawCalls(r *rand.Rand, n int) {
+	ds := cs.delays()
 	for range n {
 		var cp callPlan
 		if cs.concurrent {
@@ -191,13 +197,19 @@ func (cs *kase) drawBehaviour() {
 		}
 		cs.script = append(cs.script, script)
 	}
-	cs.perCall = make([]int, n)
-	cs.results = make([]*result, n)
+	cs.perCall = make([]int, len(cs.calls))
+	cs.results = make([]*result, len(cs.calls))
 }
 
 // arrive records an attempt of call i reaching the downstream, and returns
 // its answer.
 func (cs *kase) arrive(ctx context.Context, i int) (*arrival, answer) {
+	return cs.arriveAt(ctx, i, false)
+}
+
+// arriveAt is arrive at an endpoint that may be sick: one that answers
+// Unavailable, after the drawn delay, whatever the script says.
+func (cs *kase) arriveAt(ctx context.Context, i int, sick bool) (*arrival, answer) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	a := &arrival{call: i, start: cs.now(), deadline: -1}
@@ -214,6 +226,9 @@ func (cs *kase) arrive(ctx context.Context, i int) (*arrival, answer) {
 	a.ans = answer{kind: aOK}
 	if a.n < len(cs.script[i]) {
 		a.ans = cs.script[i][a.n]
+	}
+	if sick {
+		a.ans = answer{kind: a5xx, delay: a.ans.delay}
 	}
 	cs.arrivals = append(cs.arrivals, a)
 	return a, a.ans
@@ -271,5 +286,9 @@ func (cs *kase) String() string {
 	if cs.template {
 		where += "/template"
 	}
-	return fmt.Sprintf("%s idempotent=%t concurrent=%t strict=%t chain[%s] %s", where, cs.idempotent, cs.concurrent, cs.strict, cs.chainString(), strings.Join(calls, " "))
+	eps := ""
+	if cs.eps != nil {
+		eps = " " + cs.eps.String()
+	}
+	return fmt.Sprintf("%s idempotent=%t concurrent=%t strict=%t chain[%s]%s %s", where, cs.idempotent, cs.concurrent, cs.strict, cs.chainString(), eps, strings.Join(calls, " "))
 }

@@ -269,8 +269,18 @@ func (c *checker) counts() {
 			}
 		}
 		flat(cs.pols[:j])
+		hedged := false
 		for _, q := range outside {
 			multiplied = multiplied || q.multiplies() || q.kind == kLimit || q.kind == kBulkhead
+			hedged = hedged || q.kind == kHedge
+			if q.kind == kFallback && hedged {
+				// A hedge's branch refused on its way to p (p open, a
+				// limit full) that this fallback answers wins the hedge
+				// at the instant it began: an attempt of p answered at
+				// that instant is canceled first (neutral) or counted,
+				// a toss the downstream cannot tell.
+				ok = false
+			}
 			if q.kind == kTimeout {
 				if multiplied {
 					ok = false

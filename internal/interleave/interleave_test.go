@@ -56,6 +56,7 @@ var regressions = []struct {
 	{28452, "harness: a timeout nested in a user's own policy outside a throttle read as the attempt timeout"},
 	{9890, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
 	{46471, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
+	{21474837999, "harness, endpoints: a hedge's branch an open breaker refused, answered by a fallback inside the hedge, wins at the instant another attempt's failure came (the breaker counts that one neutral)"},
 }
 
 // coverage counts what the cases exercised, so that the harness cannot
@@ -68,6 +69,10 @@ type coverage struct {
 	limitCounted, probesChecked, telemetryChecked         int
 	viaSpec                                               int    // chains built from a spec file
 	specRefused                                           string // a spec file refused for more than its lint: the harness's rendering is wrong
+	// gRPC through the endpoint policy: cases; cases with an ejection, a
+	// capped opening, endpoints readmitted by picks after the stays;
+	// attempts checked to go elsewhere
+	epCases, epEjected, epCapped, epReadmitted, epElsewhere int
 }
 
 var stats coverage
@@ -113,6 +118,8 @@ func TestInterleave(t *testing.T) {
 	t.Logf("coverage: Do %d, http %d, grpc %d (loopback %d); hedged %d, not idempotent %d, panicked %d, clean successes %d; hedge counts checked %d, throttle %d, breaker %d, limit drops %d, probes %d, telemetry %d; chains redrawn %d, built from a spec file %d",
 		s.modes[0], s.modes[1], s.modes[2], s.real, s.hedged, s.nonIdempotent, s.panicked, s.cleanSuccesses,
 		s.hedgeCounted, s.throttleCounted, s.breakerCounted, s.limitCounted, s.probesChecked, s.telemetryChecked, s.drawRetries, s.viaSpec)
+	t.Logf("endpoints: %d cases through the policy; with an ejection %d, a capped opening %d, readmitted by picks after the stays %d; attempts checked to go elsewhere %d",
+		s.epCases, s.epEjected, s.epCapped, s.epReadmitted, s.epElsewhere)
 	if s.specRefused != "" {
 		t.Errorf("a drawn chain written as a spec file was refused for more than its lint: %s", s.specRefused)
 	}
@@ -127,6 +134,9 @@ func TestInterleave(t *testing.T) {
 			{"hedge counts checked", s.hedgeCounted, s.cases / 100}, {"throttle counts checked", s.throttleCounted, s.cases / 100},
 			{"breaker counts checked", s.breakerCounted, s.cases / 50}, {"probes checked", s.probesChecked, s.cases / 20},
 			{"telemetry checked", s.telemetryChecked, s.cases / 20}, {"chains from a spec file", s.viaSpec, s.cases / 50},
+			{"cases through the endpoint policy", s.epCases, s.cases / 20}, {"cases with an endpoint ejected", s.epEjected, s.cases / 60},
+			{"cases with an opening beyond the ejection cap", s.epCapped, s.cases / 300}, {"cases with endpoints readmitted by picks", s.epReadmitted, s.cases / 60},
+			{"attempts checked to go to an endpoint their call had not tried", s.epElsewhere, s.cases / 40},
 		} {
 			if c.got < c.min {
 				t.Errorf("coverage: %d %s in %d cases, want at least %d: the invariants were hardly exercised", c.got, c.name, s.cases, c.min)
@@ -159,6 +169,7 @@ func draw(seed uint64, allowReal bool) *kase {
 			continue
 		}
 		cs.drawBehaviour()
+		cs.drawEndpoints()
 		return cs
 	}
 }
@@ -197,6 +208,9 @@ func runSeed(t *testing.T, seed uint64) bool {
 		c.check(e)
 		if !cs.real {
 			c.probes()
+		}
+		if cs.eps != nil {
+			c.endpoints(e)
 		}
 		if e.closeFn != nil {
 			e.closeFn()
@@ -259,6 +273,15 @@ func runSeed(t *testing.T, seed uint64) bool {
 		fmt.Fprintf(&b, "\t%v\n", v)
 	}
 	fmt.Fprintf(&b, "\trerun: go test ./internal/interleave -run 'TestInterleave$' -interleave.seed=%d -v", seed)
+	if *flagMode != "" {
+		// a seed's case is drawn again until its mode is the one asked for
+		fmt.Fprintf(&b, " -interleave.mode=%s", *flagMode)
+	}
+	if cs.eps != nil {
+		// the timings replay; the endpoint each attempt goes to is
+		// round_robin's, which starts at a random one
+		b.WriteString(" (through the endpoint policy, whose round robin starts at random: -count=20 if it passes at once)")
+	}
 	t.Error(b.String())
 	return false
 }
@@ -275,6 +298,9 @@ func record(cs *kase) {
 	}
 	if cs.real {
 		s.real++
+	}
+	if cs.eps != nil {
+		s.epCases++
 	}
 	cs.walk(func(p *pol) {
 		if p.hg != nil && p.hg.Stats().Hedges > 0 {

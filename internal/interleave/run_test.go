@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"testing/synctest"
 	"time"
 
 	"github.com/callguard/callguard/grpcmw"
@@ -30,6 +31,7 @@ type env struct {
 	call    func(ctx context.Context, i int, r *result)
 	reader  *sdkmetric.ManualReader
 	closeFn func()
+	bypass  func() error // gRPC: one pick of the channel outside the chain
 }
 
 // degrade is the fallback's answer: a success, with a body saying so.
@@ -249,7 +251,11 @@ func (s *grpcServer) UnaryCall(ctx context.Context, _ *testpb.SimpleRequest) (*t
 	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get("x-call")) == 1 {
 		i, _ = strconv.Atoi(md.Get("x-call")[0])
 	}
-	a, ans := cs.arrive(ctx, i)
+	sick := false
+	if p, ok := peer.FromContext(ctx); ok && cs.eps != nil && p.Addr != nil {
+		sick = cs.eps.isSick(p.Addr.String())
+	}
+	a, ans := cs.arriveAt(ctx, i, sick)
 	if !cs.serve(ctx, a) {
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
@@ -275,6 +281,16 @@ func (cs *kase) grpcEnv(real bool) (*env, error) {
 		e.reader = sdkmetric.NewManualReader()
 		opts = append(opts, grpcmw.Metrics(sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))))
 	}
+	var epDial []grpc.DialOption
+	var epLis []net.Listener
+	if cs.eps != nil {
+		var epOpts []grpcmw.Option
+		var err error
+		if epDial, epOpts, epLis, err = cs.epDial(); err != nil {
+			return nil, err
+		}
+		opts = append(opts, epOpts...)
+	}
 	ic, err := grpcmw.NewInterceptors(cs.chain, opts...)
 	if err != nil {
 		return nil, err
@@ -284,23 +300,40 @@ func (cs *kase) grpcEnv(real bool) (*env, error) {
 	dial := append(ic.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	var lis net.Listener
 	target := "passthrough:///bufconn"
-	if real {
+	switch {
+	case real:
 		if lis, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return nil, err
 		}
 		target = "passthrough:///" + lis.Addr().String()
-	} else {
+	case cs.eps != nil:
+		target = "interleave:///downstream"
+		dial = append(dial, epDial...)
+	default:
 		bl := bufconn.Listen(1 << 20)
 		lis = bl
 		dial = append(dial, grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return bl.DialContext(ctx) }))
 	}
-	go func() { _ = srv.Serve(lis) }()
+	if lis != nil {
+		epLis = append(epLis, lis)
+	}
+	for _, lis := range epLis {
+		go func() { _ = srv.Serve(lis) }()
+	}
 	conn, err := grpc.NewClient(target, dial...)
 	if err != nil {
 		srv.Stop()
 		return nil, err
 	}
 	client := testpb.NewTestServiceClient(conn)
+	if cs.eps != nil {
+		e.bypass = func() error { return epBypass(client) }
+		if cs.eps.warm {
+			// every endpoint connected and READY before the first call
+			conn.Connect()
+			synctest.Wait()
+		}
+	}
 	e.call = func(ctx context.Context, i int, r *result) {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-call", strconv.Itoa(i))
 		var hdr, trl metadata.MD
