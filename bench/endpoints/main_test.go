@@ -30,7 +30,7 @@ var (
 	fullMatrix = flag.Bool("endpoints.full", false, "run every case (both protocols, every fault, every backend failing), not only the bounded ones")
 	casesOnly  = flag.String("endpoints.cases", "", "run only the cases whose name (proto/fault) matches this regexp")
 	writeDocs  = flag.Bool("endpoints.write-docs", false, "write ../docs/endpoints.md from this run (with -endpoints.full)")
-	badFor     = flag.Duration("endpoints.bad", 0, "how long backend #0 stays bad (0: 3s bounded, 6s full)")
+	badFor     = flag.Duration("endpoints.bad", 0, "how long backend #0 stays bad (0: 3s bounded, 12s full, as issue 34 measured)")
 	warmFor    = flag.Duration("endpoints.warmup", 0, "healthy traffic before the fault (0: 1.5s bounded, 2s full)")
 	healFor    = flag.Duration("endpoints.healed", 0, "traffic after the heal (0: 2.5s bounded, 3s full)")
 )
@@ -55,7 +55,7 @@ type timing struct {
 func caseTiming() timing {
 	t := timing{warm: 1500 * time.Millisecond, bad: 3 * time.Second, healed: 2500 * time.Millisecond}
 	if *fullMatrix {
-		t = timing{warm: 2 * time.Second, bad: 6 * time.Second, healed: 3 * time.Second}
+		t = timing{warm: 2 * time.Second, bad: 12 * time.Second, healed: 3 * time.Second}
 	}
 	if *warmFor > 0 {
 		t.warm = *warmFor

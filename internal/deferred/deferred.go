@@ -8,6 +8,7 @@
 package deferred
 
 import (
+	"sync"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
@@ -35,15 +36,15 @@ func (o *Observation) done(err error) {
 	}
 }
 
-// Set is the deferred permits of one call. It is not safe for concurrent
-// use: the chain adds to it for the attempt that succeeded — on the
-// call's goroutine, or on a hedge's, where the adapter lets one attempt
-// only succeed (httpmw's exchange), and the hedge's Finish, which waits
-// for that goroutine, orders the add before the call returns — and the
-// adapter reports it once, after the call has returned (an HTTP exchange
-// hands the response over to its caller in between, which orders the
-// two). The zero Set is empty.
+// Set is the deferred permits of one call. The chain adds to it for an
+// attempt that succeeded, and the adapter reports it once, after the call
+// has returned (an HTTP exchange hands the response over to its caller in
+// between, which orders the two). Adds may come at once: two attempts of
+// a call may both succeed for the breakers they passed (a user's policy
+// that runs two attempts at once, with a fallback inside the breaker that
+// answers the one the adapter refused). The zero Set is empty.
 type Set struct {
+	mu    sync.Mutex
 	first breaker.Permit // the usual case: one breaker
 	n     int
 	more  *[]breaker.Permit // the others, rarely any
@@ -53,6 +54,8 @@ type Set struct {
 // Observe keeps o until Done. It allocates: only a chain with an adaptive
 // attempt timeout has observations to defer.
 func (s *Set) Observe(o Observation) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.obs == nil {
 		s.obs = &[]Observation{o}
 		return
@@ -62,6 +65,8 @@ func (s *Set) Observe(o Observation) {
 
 // Add keeps p until Done.
 func (s *Set) Add(p breaker.Permit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	switch {
 	case s.n == 0:
 		s.first = p
@@ -78,17 +83,18 @@ func (s *Set) Add(p breaker.Permit) {
 // scout that forgives the breakers does so before this call's own outcome
 // is counted.
 func (s *Set) Done(err error) {
-	if obs := s.obs; obs != nil {
-		s.obs = nil
+	s.mu.Lock()
+	obs, n, first, more := s.obs, s.n, s.first, s.more
+	s.obs, s.n, s.first, s.more = nil, 0, breaker.Permit{}, nil
+	s.mu.Unlock()
+	if obs != nil {
 		for i := range *obs {
 			(*obs)[i].done(err)
 		}
 	}
-	if s.n == 0 {
+	if n == 0 {
 		return
 	}
-	first, more := s.first, s.more
-	*s = Set{}
 	first.Done(err)
 	if more != nil {
 		for _, p := range *more {
@@ -98,4 +104,8 @@ func (s *Set) Done(err error) {
 }
 
 // Len returns the number of permits kept.
-func (s *Set) Len() int { return s.n }
+func (s *Set) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}

@@ -57,6 +57,9 @@ var regressions = []struct {
 	{9890, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
 	{46471, "harness, loopback: an HTTP answer a moment before the attempt's deadline the client never saw read as live"},
 	{21474837999, "harness, endpoints: a hedge's branch an open breaker refused, answered by a fallback inside the hedge, wins at the instant another attempt's failure came (the breaker counts that one neutral)"},
+	{12884902553, "deferred: own(twice) → breaker → bulkhead → timeout → fallback over HTTP: two attempts both succeed for the breaker (the fallback answers the one the exchange refused) and add their permits to the call's deferred set at once (a data race under -race)"},
+	{4387, "deferred: as 12884902553, another chain"},
+	{13480, "deferred: as 12884902553, another chain"},
 }
 
 // coverage counts what the cases exercised, so that the harness cannot
