@@ -14,6 +14,7 @@ import (
 	"github.com/callguard/callguard/chain"
 	"github.com/callguard/callguard/endpoint"
 	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/hedge"
 	"github.com/callguard/callguard/internal/testserver"
 	"github.com/callguard/callguard/preset"
 	"github.com/callguard/callguard/retry"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 )
@@ -333,5 +335,58 @@ func TestEndpointsUnderStandard(t *testing.T) {
 	// Two channels share h: each has ten endpoints, #0 ejected in each.
 	if len(ejected) != 10 || ejected[f.srvs[0].Addr] != 2 {
 		t.Errorf("callguard.endpoint.ejected by endpoint = %v, want 10 endpoints, %s ejected in both channels", ejected, f.srvs[0].Addr)
+	}
+}
+
+// TestEndpointsHedgeGoesElsewhere: two endpoints, #0 answering in 50 ms
+// and never judged (its breaker would need 1,000 failures, the slow
+// judgement off); a hedge after 5 ms. A call whose first attempt went to
+// #0 sends its hedge to #1, never to #0 again: every call's attempts, as
+// the innermost interceptor saw their peers, went to distinct endpoints.
+func TestEndpointsHedgeGoesElsewhere(t *testing.T) {
+	f := newFleet(t, 2)
+	f.fault[0].Store(faultSlow)
+	h := must(grpcmw.NewEndpointHealth(endpoint.Settings{SlowFactor: -1, Breaker: breaker.Settings{ConsecutiveFailures: 1000}}))
+	hp := must(hedge.New(hedge.Settings{Delay: 5 * time.Millisecond, MaxHedges: 1}))
+	ic := must(grpcmw.NewInterceptors(must(chain.New(hp)), grpcmw.AllIdempotent(), grpcmw.UnaryOnly(), grpcmw.Endpoints(h)))
+	type callKey struct{}
+	var mu sync.Mutex
+	peers := map[int][]string{}
+	record := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		var p peer.Peer
+		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
+		if p.Addr != nil {
+			mu.Lock()
+			n := ctx.Value(callKey{}).(int)
+			peers[n] = append(peers[n], p.Addr.String())
+			mu.Unlock()
+		}
+		return err
+	}
+	c := f.dial(t, append(ic.DialOptions(), grpc.WithChainUnaryInterceptor(record))...)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 25 {
+				ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), callKey{}, w*100+i), time.Second)
+				if err := check(ctx, c); err != nil {
+					t.Error(err)
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	hedged := 0
+	for n, ps := range peers {
+		if len(ps) > 1 {
+			hedged++
+		}
+		if len(ps) == 2 && ps[0] == ps[1] {
+			t.Errorf("call %d: both attempts went to %s", n, ps[0])
+		}
+	}
+	if hedged == 0 {
+		t.Error("no call was hedged")
 	}
 }
