@@ -390,3 +390,20 @@ func TestProbesPreferRetriedCalls(t *testing.T) {
 		}
 	})
 }
+
+func TestFindings(t *testing.T) {
+	fs, err := endpoint.Findings(endpoint.Settings{})
+	if err != nil || len(fs) != 0 {
+		t.Errorf("the defaults: %v, %v; want no finding", fs, err)
+	}
+	var s endpoint.Settings
+	s.Breaker.HalfOpenProbes = 50
+	fs, err = endpoint.Findings(s)
+	var codes []string
+	for _, f := range fs {
+		codes = append(codes, f.Code)
+	}
+	if err != nil || fmt.Sprint(codes) != "[CG007 CG011]" {
+		t.Errorf("50 probes: %v, %v; want CG007 (all 50 must succeed) and CG011 (too many probes)", codes, err)
+	}
+}
