@@ -79,6 +79,7 @@ func (c *lbConn) NewSubConn(addrs []resolver.Address, opts balancer.NewSubConnOp
 			listen(s)
 		}
 	}
+	//lint:ignore SA1019 the child policy (pick_first under round_robin) makes its SubConns through this method: the policy passes them on.
 	sc, err := c.ClientConn.NewSubConn(addrs, opts)
 	if err != nil || len(addrs) == 0 {
 		return sc, err
@@ -122,7 +123,7 @@ func (b *lb) UpdateClientConnState(s balancer.ClientConnState) error {
 		}
 	}
 	if b.set == nil || b.health != cfg.health {
-		set, err := cfg.health.newSet(b.cc.Target())
+		set, err := cfg.health.newSet(b.opts.Target.String())
 		if err != nil {
 			return err
 		}
