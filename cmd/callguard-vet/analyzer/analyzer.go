@@ -43,12 +43,12 @@
 package analyzer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"go/ast"
 	"go/token"
 	"go/types"
-	"cmp"
 	"reflect"
 	"regexp"
 	"slices"
