@@ -32,9 +32,18 @@
 // line above it, with a reason, as staticcheck's //lint:ignore:
 //
 //	//callguard:ignore CG015 the tail is checked by the load test
+//
+// Warnings and errors are always reported; infos (a trade-off the chain
+// makes, said in numbers, such as CG015 on the recommended
+// chain.New(retry, breaker, timeout)) only with the analyzer's flag
+// -infos (go vet -vettool=$(which callguard-vet) -infos ./...; named
+// -callguard.infos in a driver of several analyzers), since a driver such
+// as go vet fails on any finding. A package's findings are reported in
+// the order of their positions (file, line, column).
 package analyzer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"go/ast"
@@ -65,7 +74,39 @@ var Analyzer = &analysis.Analyzer{
 	Run:  run,
 }
 
+// infos is the analyzer's flag -infos: report infos too.
+var infos bool
+
+func init() {
+	Analyzer.Flags.BoolVar(&infos, "infos", false,
+		"report infos too (a trade-off the chain makes, such as CG015), not only warnings and errors")
+}
+
+// reported reports whether a finding of severity s is reported.
+func reported(s chain.Severity) bool { return s != chain.SeverityInfo || infos }
+
 func run(pass *analysis.Pass) (any, error) {
+	// The findings are collected, then reported in the order of their
+	// positions (file, line, column; then message), whatever the order
+	// the files and calls were visited in.
+	var diags []analysis.Diagnostic
+	report := pass.Report
+	collect := *pass
+	collect.Report = func(d analysis.Diagnostic) { diags = append(diags, d) }
+	lintFiles(&collect)
+	slices.SortStableFunc(diags, func(a, b analysis.Diagnostic) int {
+		pa, pb := pass.Fset.Position(a.Pos), pass.Fset.Position(b.Pos)
+		return cmp.Or(cmp.Compare(pa.Filename, pb.Filename), cmp.Compare(pa.Line, pb.Line),
+			cmp.Compare(pa.Column, pb.Column), cmp.Compare(a.Message, b.Message))
+	})
+	for _, d := range diags {
+		report(d)
+	}
+	return nil, nil
+}
+
+// lintFiles lints the package's files.
+func lintFiles(pass *analysis.Pass) {
 	for _, f := range pass.Files {
 		ignores := ignoresOf(pass, f)
 		specs(pass, f, ignores)
@@ -90,7 +131,6 @@ func run(pass *analysis.Pass) (any, error) {
 			return false
 		})
 	}
-	return nil, nil
 }
 
 // check lints one call, if it is chain.New or Options.New, and reports a
@@ -159,6 +199,9 @@ func check(pass *analysis.Pass, e *evaluator, call *ast.CallExpr, ignores map[in
 		return
 	}
 	for _, f := range findings {
+		if !reported(f.Severity) {
+			continue
+		}
 		// The argument the finding is about: the first policy its message
 		// names.
 		pos, first := call.Pos(), -1

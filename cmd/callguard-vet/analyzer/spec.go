@@ -108,6 +108,9 @@ func lintSpec(pass *analysis.Pass, ignores map[int][]ignore, pos token.Pos, path
 		return
 	}
 	for _, f := range c.Findings() {
+		if !reported(f.Severity) {
+			continue
+		}
 		report(pass, ignores, pos, f.Code, "spec "+name+": "+f.String())
 	}
 }
