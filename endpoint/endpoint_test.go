@@ -407,3 +407,53 @@ func TestFindings(t *testing.T) {
 		t.Errorf("50 probes: %v, %v; want CG007 (all 50 must succeed) and CG011 (too many probes)", codes, err)
 	}
 }
+
+// TestOneLateAnswer: an endpoint's one answer 100 times its typical time
+// (a pause) fails that answer, not the ones after it: the endpoint stays.
+func TestOneLateAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &rr{set: newSet(t, 4, endpoint.Settings{})}
+		serve(r, 100, ms(1), badIs(-1, endpoint.Failed))
+		late := true
+		took := func(i int) time.Duration {
+			if i == 0 && late {
+				late = false
+				return 100 * time.Millisecond
+			}
+			return time.Millisecond
+		}
+		serve(r, 200, took, badIs(-1, endpoint.Failed))
+		if ep := r.set.Endpoints()[0]; ep.Ejected() || ep.Status().Ejections != 0 {
+			t.Errorf("one late answer ejected its endpoint: %+v", ep.Status())
+		}
+	})
+}
+
+// TestFailingDisplacesSlow: the cap is full with an endpoint ejected for
+// slow answers; another starts failing every call: it takes the slow
+// one's place (a slow answer is an answer; a failed call is lost).
+func TestFailingDisplacesSlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s endpoint.Settings
+		s.Breaker.OpenTimeout = time.Minute
+		r := &rr{set: newSet(t, 10, s)}
+		slow := func(i int) time.Duration {
+			if i == 0 {
+				return 50 * time.Millisecond
+			}
+			return time.Millisecond
+		}
+		serve(r, 300, slow, badIs(-1, endpoint.Failed))
+		eps := r.set.Endpoints()
+		if !eps[0].Ejected() {
+			t.Fatal("the slow endpoint is not ejected")
+		}
+		got := serve(r, 500, slow, badIs(1, endpoint.Failed))
+		if !eps[1].Ejected() || eps[0].Ejected() {
+			t.Errorf("slow ejected %v, failing ejected %v; want the failing one in the cap's place", eps[0].Ejected(), eps[1].Ejected())
+		}
+		if got[1] > 10 {
+			t.Errorf("the failing endpoint got %d of 500 calls", got[1])
+		}
+	})
+}

@@ -69,20 +69,25 @@ func (p Pass) Done(o Outcome) {
 		p.permit.Done(errEnded)
 		return
 	case Failed:
+		ep.slowOnly.Store(false)
 		p.permit.Done(errFailed)
 	case Ended:
 		// A call a deadline ended is judged by its own time: one that ran
 		// past the threshold is a hang.
 		if slow > 0 && int64(took) > slow {
+			ep.slowOnly.Store(false)
 			p.permit.Done(errSlow)
 		} else {
 			p.permit.Done(errEnded)
 		}
 	default:
-		// An answer is judged by the endpoint's typical time, which a
-		// stall of the whole client (a pause, a burst of load) moves for
-		// every endpoint at once, and the median with them.
-		if typical := ep.observe(took); slow > 0 && typical > float64(slow) {
+		// An answer is slow when it is, and its endpoint's typical time
+		// is too: one late answer (a pause of the server's, of the
+		// client's) is not a slow endpoint, and a stall of the whole
+		// client moves every endpoint's typical time and the median with
+		// them.
+		if typical := ep.observe(took); slow > 0 && int64(took) > slow && typical > float64(slow) {
+			ep.slowOnly.Store(true)
 			p.permit.Done(errSlow)
 		} else {
 			p.permit.Done(nil)
@@ -193,14 +198,19 @@ func (s *Set) spare(call *attempt.Call, ep *Endpoint, now time.Time) bool {
 // stay to probe), and one that an
 // earlier attempt of the same adapter call tried (a retry, a hedge) while
 // another is admitted; when every candidate is skipped it takes the first
-// one tried before, else the first candidate, admitted if its breaker
-// admits it, and else without a pass (nothing it may eject is left: the
+// stuck one, else the first one tried before, else the first candidate,
+// admitted if its breaker admits it, and else without a pass (nothing it may eject is left: the
 // cap keeps at least one endpoint, whose probes may be taken).
 func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, error)) (C, Pass, error) {
 	call := attempt.Of(ctx)
 	now := time.Now()
-	var first, again C
-	var firstEP, againEP *Endpoint
+	// The candidates passed by, in the order they are taken when no
+	// other is admitted: one stuck (a suspicion), one this call tried (a
+	// failure it saw), the first.
+	var fall [3]struct {
+		c  C
+		ep *Endpoint
+	}
 	for i := range max(n, 1) {
 		c, ep, err := next()
 		if err != nil {
@@ -210,30 +220,33 @@ func Pick[C any](ctx context.Context, s *Set, n int, next func() (C, *Endpoint, 
 			return c, Pass{}, nil
 		}
 		if i == 0 {
-			first, firstEP = c, ep
+			fall[2].c, fall[2].ep = c, ep
 		}
 		if call != nil && call.Tried(ep.id) {
-			if againEP == nil {
-				again, againEP = c, ep
+			if fall[1].ep == nil {
+				fall[1].c, fall[1].ep = c, ep
 			}
 			continue
 		}
-		if s.stuck(ep, now) || call != nil && s.spare(call, ep, now) {
+		if s.stuck(ep, now) {
+			if fall[0].ep == nil {
+				fall[0].c, fall[0].ep = c, ep
+			}
+			continue
+		}
+		if call != nil && s.spare(call, ep, now) {
 			continue
 		}
 		if p, ok := s.admit(ctx, ep, now); ok {
 			return c, p, nil
 		}
 	}
-	for _, f := range [...]struct {
-		c  C
-		ep *Endpoint
-	}{{again, againEP}, {first, firstEP}} {
+	for _, f := range fall {
 		if f.ep != nil {
 			if p, ok := s.admit(ctx, f.ep, now); ok {
 				return f.c, p, nil
 			}
 		}
 	}
-	return first, Pass{}, nil
+	return fall[2].c, Pass{}, nil
 }

@@ -44,8 +44,11 @@ type Endpoint struct {
 	// may not be retried, in this state of its breaker (ns since the
 	// set's epoch; 0: none).
 	awaited atomic.Int64
-	ejected atomic.Bool // its breaker is open or half-open, counted in set.ejected
-	gone    atomic.Bool // removed from its set
+	// slowOnly: the last call counted against it was a slow answer (not
+	// a failure, not a hang).
+	slowOnly atomic.Bool
+	ejected  atomic.Bool // its breaker is open or half-open, counted in set.ejected
+	gone     atomic.Bool // removed from its set
 
 	ejections, readmissions, capped atomic.Uint64
 }
@@ -166,6 +169,9 @@ func (ep *Endpoint) changed(to breaker.State) {
 		for {
 			n := s.ejected.Load()
 			if int(n) >= s.s.maxEjected(len(s.Endpoints())) {
+				if !ep.slowOnly.Load() && s.displace() {
+					continue
+				}
 				ep.capped.Add(1)
 				bridge.BreakerCloseRemote(ep.b)
 				s.tell(Change{Service: s.name, Endpoint: ep.addr, Capped: true})
@@ -185,6 +191,19 @@ func (ep *Endpoint) changed(to breaker.State) {
 			s.tell(Change{Service: s.name, Endpoint: ep.addr})
 		}
 	}
+}
+
+// displace readmits an endpoint ejected for slow answers alone, to make
+// room in the cap for one that fails its calls: a slow answer is still an
+// answer, a failed call is lost to a caller that may not retry. It reports
+// whether it readmitted one.
+func (s *Set) displace() bool {
+	for _, other := range s.Endpoints() {
+		if other.ejected.Load() && other.slowOnly.Load() && bridge.BreakerCloseRemote(other.b) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Set) tell(c Change) {
