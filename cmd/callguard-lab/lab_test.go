@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/callguard/callguard/internal/scenario"
 )
@@ -173,5 +176,49 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	if tl := r.Timelines[0]; strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
 		t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+	}
+}
+
+// TestOutputsCheckedFirst: an output that cannot be written fails the run
+// at once, before any experiment, with exit status 2 and a message naming
+// the flag and the path; a --json file in the --report directory the run
+// creates is fine.
+func TestOutputsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", filepath.Join(missing, "out.json")}, "--json " + filepath.Join(missing, "out.json")},
+		{[]string{"--report", filepath.Join(dir, "r"), "--json", filepath.Join(dir, "r", "sub", "out.json")}, "--json " + filepath.Join(dir, "r", "sub", "out.json")},
+		{[]string{"--json", dir}, "--json " + dir},
+		{[]string{"--report", filepath.Join(file, "r")}, "--report " + filepath.Join(file, "r")},
+		{[]string{"--chain", "../../spec/testdata/example.yaml", "--json", filepath.Join(missing, "out.json")}, "--json " + filepath.Join(missing, "out.json")},
+	} {
+		var stdout, stderr bytes.Buffer
+		start := time.Now()
+		code := run(c.args, &stdout, &stderr)
+		if took := time.Since(start); code != 2 || !strings.Contains(stderr.String(), c.want) || took > 2*time.Second || stdout.Len() > 0 {
+			t.Errorf("%q: exit %d after %v, %q on stderr, %q on stdout; want 2 at once and a message with %q", c.args, code, took, stderr.String(), stdout.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed check created %s: %v", missing, err)
+	}
+	// The report's directory is created, and the JSON written in it.
+	report := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--only", "C1", "--proto", "http", "--report", report, "--json", filepath.Join(report, "out.json")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--report %s --json %s/out.json: exit %d: %s", report, report, code, stderr.String())
+	}
+	for _, f := range []string{"index.html", "out.json"} {
+		if _, err := os.Stat(filepath.Join(report, f)); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -31,8 +31,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -95,6 +97,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "callguard-lab: --proto %q: want http, grpc or both\n", *proto)
 		return 2
 	}
+	if err := checkOutputs(*jsonOut, *reportDir); err != nil {
+		fmt.Fprintf(stderr, "callguard-lab: %v\n", err)
+		return 2
+	}
 	// Go's flag package has parsed nothing of its own: the testing package
 	// that virtual time runs on must not take the lab's arguments.
 	_ = flag.CommandLine.Parse(nil)
@@ -149,11 +155,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	l.progress.clear()
 	l.report.Elapsed = time.Since(l.report.Started).Seconds()
-	if err == nil && *jsonOut != "" {
-		err = l.report.writeJSON(*jsonOut)
-	}
+	// The report first: it creates its directory, where --json may write.
 	if err == nil && *reportDir != "" {
 		err = writeHTML(*reportDir, l.report)
+	}
+	if err == nil && *jsonOut != "" {
+		err = l.report.writeJSON(*jsonOut)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "callguard-lab: %v\n", err)
@@ -188,6 +195,78 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, ".")
 	}
 	return 0
+}
+
+// checkOutputs checks, before anything runs, that the run's outputs can be
+// written: the --json file's directory exists and is writable (or is the
+// --report directory, or in it, which the report creates), and the --report
+// directory exists and is writable, or can be created. The error names the
+// flag and the path.
+func checkOutputs(jsonOut, reportDir string) error {
+	if reportDir != "" {
+		// The directory, or the nearest of its parents that exists: the
+		// report creates the rest.
+		d := filepath.Clean(reportDir)
+		for {
+			if _, err := os.Stat(d); err == nil || !errors.Is(err, fs.ErrNotExist) || filepath.Dir(d) == d {
+				break
+			}
+			d = filepath.Dir(d)
+		}
+		if err := writableDir(d); err != nil {
+			return fmt.Errorf("--report %s: cannot create or write the directory: %w", reportDir, err)
+		}
+	}
+	if jsonOut != "" {
+		if st, err := os.Stat(jsonOut); err == nil && st.IsDir() {
+			return fmt.Errorf("--json %s: is a directory, want a file", jsonOut)
+		}
+		dir := filepath.Dir(jsonOut)
+		if reportDir != "" && within(dir, reportDir) {
+			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+				if d := filepath.Clean(dir); d != filepath.Clean(reportDir) {
+					return fmt.Errorf("--json %s: directory %s does not exist (only the --report directory itself is created)", jsonOut, dir)
+				}
+				return nil // the report creates it, and writes first
+			}
+		}
+		if err := writableDir(dir); err != nil {
+			return fmt.Errorf("--json %s: %w", jsonOut, err)
+		}
+		if f, err := os.OpenFile(jsonOut, os.O_WRONLY, 0); err == nil {
+			_ = f.Close()
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("--json %s: %w", jsonOut, err)
+		}
+	}
+	return nil
+}
+
+// writableDir says why dir is not a directory a file can be created in
+// (nil: it is).
+func writableDir(dir string) error {
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("directory %s does not exist", dir)
+	case err != nil:
+		return err
+	case !st.IsDir():
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".callguard-lab-*")
+	if err != nil {
+		return fmt.Errorf("directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	_ = f.Close()
+	return os.Remove(name)
+}
+
+// within says whether path is dir or inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
 }
 
 // grace is how long an interrupted run has to end on its own before the
