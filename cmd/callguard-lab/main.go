@@ -20,7 +20,8 @@
 // Beside each real-time experiment the lab measures the machine's
 // scheduling noise (how late a bare 1 ms timer wakes up) and judges the
 // experiment's times against the seed's tolerance plus that lateness; counts
-// stay exact. A table not reproduced is reported, and the exit status is
+// stay exact, but for those a timer paces (A1's), which the lateness can
+// move by a call per open period. A table not reproduced is reported, and the exit status is
 // still 0: the numbers are the output. With --strict it is 1. An experiment
 // that cannot run, or a bad flag, exits non-zero always (1, or 2 for usage).
 package main
