@@ -69,10 +69,10 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("callguard-lab", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	full := fs.Bool("full", false, "run the seeds' own durations (slower), not the quick scaled ones")
+	full := fs.Bool("full", false, "run the reference experiments' own durations (SEEDS A and C; slower), not the quick scaled ones")
 	only := fs.String("only", "", "run only the experiments whose ids start with these, comma-separated (A1, A2, A3, C1, C2, C3, C4, K1, E1; or A, C); with --chain or --service-config, the what-if scenarios (W1 … W12, or by name: blackhole, delay)")
 	proto := fs.String("proto", "both", "the protocol of the experiments: http, grpc or both")
-	jsonOut := fs.String("json", "", "write every measured number, with its unit and the seed's reference, to this file")
+	jsonOut := fs.String("json", "", "write every measured number, with its unit and its reference value, to this file")
 	reportDir := fs.String("report", "", "write a self-contained index.html with the tables and timelines to this directory")
 	chainFile := fs.String("chain", "", "a chain described in a JSON or YAML file: lint it and run it through the protection scenarios")
 	rate := fs.Float64("rate", 0, "with --chain: open-loop requests per second (default: 60 % of the model's capacity)")
@@ -331,9 +331,9 @@ func (l *lab) seeds(only string, protos []string) error {
 	if len(sel) == 0 {
 		return fmt.Errorf("--only %q selects no experiment (A1, A2, A3, C1, C2, C3, C4, K1)", only)
 	}
-	fmt.Fprintf(l.out, "callguard lab: the seeds' experiments, live over loopback (%s run", l.report.Mode)
+	fmt.Fprintf(l.out, "callguard lab: the reference experiments (SEEDS A and C), live over loopback (%s run", l.report.Mode)
 	if !l.full {
-		fmt.Fprint(l.out, "; --full for the seeds' own durations")
+		fmt.Fprint(l.out, "; --full for the references' own durations")
 	}
 	fmt.Fprintln(l.out, ").")
 	runs := func(e experiment) []string {

@@ -21,7 +21,7 @@ type Report struct {
 	Elapsed   float64     `json:"elapsed_s"`
 	Tables    []*Table    `json:"tables"`
 	Timelines []*Timeline `json:"timelines,omitempty"`
-	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the seed's)
+	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the reference's)
 	// The run's worst scheduling noise (a bare timer's lateness, see
 	// Table.Noise) over every real-time experiment, and its samples.
 	NoiseMax     float64 `json:"noise_max_ms,omitempty"`
@@ -33,7 +33,7 @@ type Table struct {
 	ID        string   `json:"id"`    // "A1", "C2", …
 	Title     string   `json:"title"` // what it is
 	Proto     string   `json:"proto,omitempty"`
-	Scale     float64  `json:"scale"` // durations × this (1: the seed's own)
+	Scale     float64  `json:"scale"` // durations × this (1: the reference's own)
 	Setup     string   `json:"setup,omitempty"`
 	Columns   []string `json:"columns"`
 	Rows      [][]Cell `json:"rows"`
@@ -113,7 +113,7 @@ func num(v float64, unit string, ref float64, format string) Cell {
 	c := Cell{Text: f(v), Value: &v, Unit: unit}
 	if !math.IsNaN(ref) {
 		c.Reference = &ref
-		c.Text += " (seed " + f(ref) + ")"
+		c.Text += " (reference " + f(ref) + ")"
 	}
 	return c
 }
@@ -184,7 +184,7 @@ func (t *Table) judge() {
 	if slices.ContainsFunc(t.checks, func(c checkRes) bool { return c.timing }) {
 		t.Verdict += ", and each time was allowed that much later"
 		if t.Noise.Allowance != t.Noise.Max {
-			t.Verdict += fmt.Sprintf(" (%s in the seed's time)", quantity(t.Noise.Allowance, "ms"))
+			t.Verdict += fmt.Sprintf(" (%s in the reference's time)", quantity(t.Noise.Allowance, "ms"))
 		}
 	}
 	if paced > 0 {
@@ -240,9 +240,9 @@ func (c checkRes) describe(noise float64) string {
 	var want string
 	switch {
 	case !math.IsNaN(c.want) && c.tol == 0:
-		want = fmt.Sprintf("seed %s, exact", quantity(c.want, c.unit))
+		want = fmt.Sprintf("reference %s, exact", quantity(c.want, c.unit))
 	case !math.IsNaN(c.want):
-		want = fmt.Sprintf("seed %s, ± %s", quantity(c.want, c.unit), quantity(c.tol, c.unit))
+		want = fmt.Sprintf("reference %s, ± %s", quantity(c.want, c.unit), quantity(c.tol, c.unit))
 	case math.IsInf(c.lo, -1):
 		want = "at most " + quantity(c.hi, c.unit)
 	case math.IsInf(c.hi, 1):
@@ -316,9 +316,9 @@ func (t *Table) print(w io.Writer) {
 		fmt.Fprintln(w, wrap(t.Setup, 100))
 	}
 	if t.Scale != 1 && t.Scale != 0 {
-		fmt.Fprintf(w, "(quick: durations × %g, reported in the seed's time, ÷ %g", t.Scale, t.Scale)
+		fmt.Fprintf(w, "(quick: durations × %g, reported in the reference's time, ÷ %g", t.Scale, t.Scale)
 		if len(t.Chains) > 0 {
-			fmt.Fprint(w, "; the configurations and the lint at the seed's durations")
+			fmt.Fprint(w, "; the configurations and the lint at the reference's durations")
 		}
 		fmt.Fprintln(w, ")")
 	}
@@ -410,7 +410,7 @@ type Timeline struct {
 	States   []StateSpan    `json:"states"`
 	Faults   [][2]float64   `json:"faults,omitempty"` // the downstream's fault windows, in seconds
 	Marks    []TimelineMark `json:"marks"`
-	Refs     []TimelineRef  `json:"references,omitempty"` // the seed's reference instants, drawn as ticks
+	Refs     []TimelineRef  `json:"references,omitempty"` // the reference instants, drawn as ticks
 	Caption  string         `json:"caption,omitempty"`    // what its counts are ("": N requests over the run)
 }
 
@@ -419,7 +419,7 @@ type Timeline struct {
 type TimelineRef struct {
 	At    float64 `json:"at_s"`
 	Label string  `json:"label"`          // a short name drawn beside the tick: "1", "open by"
-	Note  string  `json:"note,omitempty"` // the seed's and the measured value, shown on hover
+	Note  string  `json:"note,omitempty"` // the reference's and the measured value, shown on hover
 	Off   bool    `json:"off,omitempty"`  // the measured instant is outside the tolerance (and the noise)
 }
 

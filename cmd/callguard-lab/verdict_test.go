@@ -45,8 +45,8 @@ func TestVerdictUnits(t *testing.T) {
 	tb.between("giving up: median", 6.2, math.Inf(-1), 5, "ms", true)
 	tb.between("the breaker opened", 1.62, 1, 1.5, "s", true)
 	tb.judge()
-	want := "NOT reproduced: 4 of 4 values off: native transition 2: 1,780 ms (seed 1,750 ms, ± 15 ms); " +
-		"native reached the downstream: 79 calls (seed 80 calls, exact); giving up: median: 6.2 ms (at most 5 ms); " +
+	want := "NOT reproduced: 4 of 4 values off: native transition 2: 1,780 ms (reference 1,750 ms, ± 15 ms); " +
+		"native reached the downstream: 79 calls (reference 80 calls, exact); giving up: median: 6.2 ms (at most 5 ms); " +
 		"the breaker opened: 1.62 s (want 1.00 s to 1.50 s)"
 	if tb.Pass || tb.Verdict != want {
 		t.Errorf("verdict:\n%s\nwant:\n%s", tb.Verdict, want)
@@ -59,7 +59,7 @@ func TestVerdictUnits(t *testing.T) {
 // crossings × the noise in 50 ms intervals, rounded up), either way; the
 // verdict says what the noise was.
 func TestVerdictNoise(t *testing.T) {
-	noise := &Noise{Period: 1, Samples: 9000, P50: 0.1, P99: 4, Max: 20, Allowance: 40} // × 0.5: 40 ms in the seed's time
+	noise := &Noise{Period: 1, Samples: 9000, P50: 0.1, P99: 4, Max: 20, Allowance: 40} // × 0.5: 40 ms in the reference's time
 	for _, tc := range []struct {
 		name string
 		add  func(*Table)
@@ -90,7 +90,7 @@ func TestVerdictNoise(t *testing.T) {
 				t.Errorf("the verdict does not give the noise: %s", tb.Verdict)
 			}
 			timing := tb.checks[0].timing
-			if says := strings.Contains(tb.Verdict, "allowed that much later (40 ms in the seed's time)"); says != timing {
+			if says := strings.Contains(tb.Verdict, "allowed that much later (40 ms in the reference's time)"); says != timing {
 				t.Errorf("the verdict says the allowance: %t; want %t (a timing value): %s", says, timing, tb.Verdict)
 			}
 		})
@@ -98,7 +98,7 @@ func TestVerdictNoise(t *testing.T) {
 	tb := &Table{Noise: noise}
 	tb.checkPaced("native reached the downstream", 72, 80, "calls", 50, 4)
 	tb.judge()
-	if !strings.Contains(tb.Verdict, "native reached the downstream: 72 calls (seed 80 calls, exact on time, ± 4 calls of noise)") ||
+	if !strings.Contains(tb.Verdict, "native reached the downstream: 72 calls (reference 80 calls, exact on time, ± 4 calls of noise)") ||
 		!strings.Contains(tb.Verdict, "each count paced by a timer up to 4 calls off") {
 		t.Errorf("a paced count off does not say the calls it was allowed: %s", tb.Verdict)
 	}
@@ -113,13 +113,13 @@ func TestVerdictNoise(t *testing.T) {
 	tb = &Table{}
 	tb.checkPaced("n", 79, 80, "calls", 50, 4)
 	tb.judge()
-	if tb.Pass || !strings.Contains(tb.Verdict, "n: 79 calls (seed 80 calls, exact)") {
+	if tb.Pass || !strings.Contains(tb.Verdict, "n: 79 calls (reference 80 calls, exact)") {
 		t.Errorf("a paced count without noise: %s", tb.Verdict)
 	}
 	tb = &Table{Noise: noise}
 	tb.checkTime("native transition 1", 760, 700, 15, "ms")
 	tb.judge()
-	if !strings.Contains(tb.Verdict, "native transition 1: 760 ms (seed 700 ms, ± 15 ms + 40 ms of noise)") {
+	if !strings.Contains(tb.Verdict, "native transition 1: 760 ms (reference 700 ms, ± 15 ms + 40 ms of noise)") {
 		t.Errorf("a timing value off does not say the noise it was allowed: %s", tb.Verdict)
 	}
 }
