@@ -147,12 +147,12 @@ func TestWhatIf(t *testing.T) {
 	}
 }
 
-// TestKillAndRestart is K1: a downstream process killed with SIGKILL and
-// restarted; the breaker opens, probes and closes, every request within
-// its deadline.
+// TestKillAndRestart is K1 over HTTP and over gRPC: a downstream process
+// killed with SIGKILL and restarted; the breaker opens, probes and closes,
+// every request within its deadline.
 func TestKillAndRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real time: 4 s")
+		t.Skip("real time: 8 s")
 	}
 	var stdout, stderr bytes.Buffer
 	out := filepath.Join(t.TempDir(), "k.json")
@@ -161,21 +161,31 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	b, _ := os.ReadFile(out)
 	var r Report
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 1 || !r.Tables[0].Pass {
-		t.Fatalf("K1: %v; %s", err, stdout.String())
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 2 || len(r.Timelines) != 2 {
+		t.Fatalf("K1: %v, want a table and a timeline per protocol; %s", err, stdout.String())
 	}
-	if len(r.Timelines) != 1 || len(r.Timelines[0].Marks) == 0 || len(r.Timelines[0].Faults) != 1 ||
-		!slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }) {
-		t.Errorf("K1's timeline: %+v", r.Timelines)
-	}
-	// Every measured cell is a number with its unit, as in the other tables.
-	for _, row := range r.Tables[0].Rows {
-		if c := row[1]; c.Value == nil || c.Unit == "" {
-			t.Errorf("K1's %q: measured %q has no value or no unit (%v, %q)", row[0].Text, c.Text, c.Value, c.Unit)
+	for i, proto := range []string{"http", "grpc"} {
+		tb, tl := r.Tables[i], r.Timelines[i]
+		if tb.Proto != proto || !tb.Pass {
+			t.Errorf("K1 %d: over %q, pass %t; want over %s, reproduced: %s", i, tb.Proto, tb.Pass, proto, tb.Verdict)
 		}
-	}
-	if tl := r.Timelines[0]; strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
-		t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+		if tl.ID != "K1-"+proto || len(tl.Marks) == 0 || len(tl.Faults) != 1 ||
+			!slices.ContainsFunc(tl.States, func(s StateSpan) bool { return s.State == "open" }) {
+			t.Errorf("K1's timeline over %s: %+v", proto, tl)
+		}
+		// Every measured cell is a number with its unit, as in the other tables.
+		for _, row := range tb.Rows {
+			if c := row[1]; c.Value == nil || c.Unit == "" {
+				t.Errorf("K1 over %s, %q: measured %q has no value or no unit (%v, %q)", proto, row[0].Text, c.Text, c.Value, c.Unit)
+			}
+		}
+		if strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
+			t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+		}
+		// The transitions read as text, not as a Go slice.
+		if len(tb.Notes) == 0 || !strings.HasPrefix(tb.Notes[len(tb.Notes)-1], "transitions: closed → open at ") || strings.Contains(tb.Notes[len(tb.Notes)-1], "[") {
+			t.Errorf("K1 over %s: transitions note %q", proto, tb.Notes)
+		}
 	}
 }
 

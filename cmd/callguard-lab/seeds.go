@@ -33,7 +33,7 @@ var experiments = []experiment{
 	{"C2", "SEEDS C2: the timeout vs the breaker's reaction time", 30 * time.Second, 0.1, true, true, (*lab).c2},
 	{"C3", "SEEDS C3: retrying into an open breaker", 8 * time.Second, 0.25, true, true, (*lab).c3},
 	{"C4", "SEEDS C4: a timeout below the tail latency", 40 * time.Second, 0.25, true, true, (*lab).c4},
-	{"K1", "kill -9: a downstream process killed mid-run and restarted", 4 * time.Second, 1, false, true, (*lab).kill},
+	{"K1", "kill -9: a downstream process killed mid-run and restarted", 4 * time.Second, 1, true, true, (*lab).kill},
 	{"E1", "one bad backend of ten: per-endpoint ejection (gRPC)", 144 * time.Second, 0.5, false, true, (*lab).oneBad},
 }
 
