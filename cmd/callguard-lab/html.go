@@ -74,7 +74,7 @@ type htmlTable struct {
 }
 
 func newPage(r *Report) page {
-	p := page{Columns: plotWidth, Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed), Clock: "the seed's time"}
+	p := page{Columns: plotWidth, Mode: r.Mode, Proto: protoName(r.Proto), Started: "unknown", Elapsed: fmtElapsed(r.Elapsed), Clock: "the reference's time"}
 	if r.Clock != "" {
 		p.Clock = r.Clock
 	}
@@ -103,11 +103,11 @@ func newPage(r *Report) page {
 			Tolerance: t.Tolerance, Pass: t.Pass, Verdict: t.Verdict, VerdictWord: "FAIL"}
 		switch {
 		case t.Scale == 1:
-			ht.Scale = "the seed's own durations"
+			ht.Scale = "the reference's own durations"
 		case t.Scale > 0:
-			ht.Scale = fmt.Sprintf("durations × %g, reported in the seed's time", t.Scale)
+			ht.Scale = fmt.Sprintf("durations × %g, reported in the reference's time", t.Scale)
 			if len(t.Chains) > 0 {
-				ht.Scale += "; the configurations and the lint at the seed's durations"
+				ht.Scale += "; the configurations and the lint at the reference's durations"
 			}
 		}
 		switch {
@@ -264,7 +264,7 @@ figcaption { color: #333; margin-top: 0.3em; font-size: 0.95em; }
 {{if .Timelines}}<h2>Timelines</h2>
 {{range .Timelines}}{{template "figure" .}}{{end}}{{end}}</body>
 </html>
-{{define "howto"}}How to read a timeline: the top band is the breaker's state (half-open outlined, and drawn at least a few pixels wide: a probe round lasts milliseconds); ticks above it mark the seed's reference instants, red where the run missed one (outside the tolerance plus the measured scheduling noise). Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column ({{.Columns}} columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in {{.Clock}}.{{end}}
+{{define "howto"}}How to read a timeline: the top band is the breaker's state (half-open outlined, and drawn at least a few pixels wide: a probe round lasts milliseconds); ticks above it mark the reference instants (SEEDS A and C), red where the run missed one (outside the tolerance plus the measured scheduling noise). Hatched: the downstream's fault windows. Rows: each request's outcome at the time it ended, binned per pixel column ({{.Columns}} columns over the run); the darker a column, the more requests in it (1, 2–3, 4 or more). Times are in seconds, in {{.Clock}}.{{end}}
 {{define "figure"}}{{$tl := .}}<figure id="{{.Anchor}}">
 <svg xmlns="http://www.w3.org/2000/svg" width="{{.Width}}" height="{{.Height}}" viewBox="{{.ViewBox}}" role="img" aria-labelledby="{{.Anchor}}-title" font-family="sans-serif" font-size="15">
 <title id="{{.Anchor}}-title">{{.Title}}</title>

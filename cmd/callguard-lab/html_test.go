@@ -26,8 +26,8 @@ func htmlTestReport() *Report {
 	v, ref := 1.02, 1.025
 	pass := &Table{ID: "A1", Title: "the breaker's transitions <b>bold?</b>", Proto: "http", Scale: 0.25,
 		Setup:     "A call every 50 ms; the downstream fails in [500 ms, 2000 ms) & [4000 ms, 5500 ms).",
-		Columns:   []string{"event", "seed", "native"},
-		Rows:      [][]Cell{{text("closed → open"), text("0.75 s"), {Text: "1.02 s (seed 1.03 s)", Value: &v, Unit: "s", Reference: &ref}}, {text("short row")}},
+		Columns:   []string{"event", "reference", "native"},
+		Rows:      [][]Cell{{text("closed → open"), text("0.75 s"), {Text: "1.02 s (reference 1.03 s)", Value: &v, Unit: "s", Reference: &ref}}, {text("short row")}},
 		Chains:    []string{"breaker(5 consecutive) → retry(3)"},
 		Tolerance: "± 50 ms",
 		Pass:      true,
@@ -35,18 +35,18 @@ func htmlTestReport() *Report {
 		Notes:     []string{"a note with \"quotes\" and 'apostrophes'"}}
 	fail := &Table{ID: "C2", Title: `<script>alert("x")</script> timeout vs reaction`, Proto: "grpc", Scale: 1,
 		Columns:   []string{"call timeout", "time to open"},
-		Rows:      [][]Cell{{text("3 s"), text("15.0 s (seed 15.0 s)")}},
+		Rows:      [][]Cell{{text("3 s"), text("15.0 s (reference 15.0 s)")}},
 		Findings:  []string{"timeout(3s) inside breaker: detection takes 5 × 3s = 15s\n  fix: lower the timeout <200ms>"},
 		Chains:    []string{"breaker → timeout(3s)", "breaker → timeout(200ms)"},
 		Tolerance: "5 %",
 		Pass:      false,
-		Verdict:   "NOT reproduced: 1 of 4 values off: 3 s, 20 callers: time to open: 16 (seed 15, ± 0.75)"}
+		Verdict:   "NOT reproduced: 1 of 4 values off: 3 s, 20 callers: time to open: 16 (reference 15, ± 0.75)"}
 
 	sparse := &Timeline{ID: "A1-http-native", Title: "A1 over http, native engine", Duration: 8,
 		States: []StateSpan{{0, 0.75, "closed"}, {0.75, 1.775, "open"}, {1.775, 1.776, "half-open"}, {1.776, 2.8, "open"},
 			{2.8, 2.95, "half-open"}, {2.95, 8, "closed"}},
 		Faults: [][2]float64{{0.5, 2}, {4, 5.5}},
-		Refs: []TimelineRef{{At: 0.7, Label: "1", Note: "1 closed → open: the seed's 700 ms, measured 750 ms"},
+		Refs: []TimelineRef{{At: 0.7, Label: "1", Note: "1 closed → open: the reference's 700 ms, measured 750 ms"},
 			{At: 1.75, Label: "2", Note: "2 open → half-open"}, {At: 1.75, Label: "3", Note: "3 half-open → open", Off: true}}}
 	for i := range 160 {
 		at := float64(i) * 0.05
@@ -167,7 +167,7 @@ func TestHTMLReport(t *testing.T) {
 		}
 		wants := []string{tb.ID, protoName(tb.Proto), tb.Setup, tb.Tolerance, tb.Verdict}
 		if tb.Scale != 1 {
-			wants = append(wants, fmt.Sprintf("durations × %g, reported in the seed's time", tb.Scale))
+			wants = append(wants, fmt.Sprintf("durations × %g, reported in the reference's time", tb.Scale))
 		}
 		wants = append(append(append(wants, tb.Chains...), tb.Notes...), tb.Columns...)
 		for _, row := range tb.Rows {
@@ -371,7 +371,7 @@ func TestHTMLTimelinesBesideTables(t *testing.T) {
 		t.Errorf("reference labels %q (red: %v): want 1 and 2,3, only 2,3 red", refLabels, red)
 	}
 	if len(refNotes) != 2 || !strings.Contains(refNotes[0], "measured 750 ms") || !strings.Contains(refNotes[1], "3 half-open → open") {
-		t.Errorf("reference notes %q: want the seed's and the measured instant on hover", refNotes)
+		t.Errorf("reference notes %q: want the reference's and the measured instant on hover", refNotes)
 	}
 	for _, want := range []string{
 		"A1 over http, native engine — 160 requests over 8 s.",

@@ -13,27 +13,39 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/callguard/callguard/breaker"
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/grpcmw"
 	"github.com/callguard/callguard/httpmw"
 	"github.com/callguard/callguard/internal/scenario"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // serve is the lab's downstream as a process of its own (callguard-lab
-// serve --addr host:port): an HTTP server that answers every request after
-// a few milliseconds, and says "ready" on its standard output once it
-// listens. It runs until it is killed, or, on SIGINT or SIGTERM, says it
+// serve --addr host:port [--proto grpc]): an HTTP server, or a gRPC server
+// of the health service, that answers every request after a few
+// milliseconds, and says "ready" on its standard output once it listens. It runs until it is killed, or, on SIGINT or SIGTERM, says it
 // was interrupted and exits 130 or 143, as the lab does.
 func serve(args []string) int {
 	fs := flag.NewFlagSet("callguard-lab serve", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:0", "the address to listen on")
+	proto := fs.String("proto", "http", "what to serve: http, or grpc (the health service's Check)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *proto != "http" && *proto != "grpc" {
+		fmt.Fprintf(os.Stderr, "callguard-lab serve: --proto %q: want http or grpc\n", *proto)
 		return 2
 	}
 	lis, err := net.Listen("tcp", *addr)
@@ -51,10 +63,16 @@ func serve(args []string) int {
 	})}
 	ctx, status, stop := interruption()
 	defer stop()
-	stopServe := context.AfterFunc(ctx, func() { _ = srv.Close() })
+	serveOn, closeSrv := func(l net.Listener) error { return srv.Serve(l) }, func() { _ = srv.Close() }
+	if *proto == "grpc" {
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, slowHealth{})
+		serveOn, closeSrv = gs.Serve, gs.Stop
+	}
+	stopServe := context.AfterFunc(ctx, closeSrv)
 	defer stopServe()
 	fmt.Println("ready", lis.Addr())
-	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := serveOn(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		fmt.Fprintf(os.Stderr, "callguard-lab serve: %v\n", err)
 		return 1
 	}
@@ -65,6 +83,21 @@ func serve(args []string) int {
 	return 0
 }
 
+// slowHealth is the gRPC downstream: Check answers SERVING after a few
+// milliseconds, as the HTTP one answers "ok".
+type slowHealth struct {
+	healthpb.UnimplementedHealthServer
+}
+
+func (slowHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	select {
+	case <-time.After(5 * time.Millisecond):
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
 // children are the processes the lab started: every one is killed when it
 // exits, also on Ctrl-C. Once closed, a process started is killed at once.
 type children struct {
@@ -73,13 +106,14 @@ type children struct {
 	closed bool        // guarded by mu
 }
 
-// start runs callguard-lab serve on addr and waits until it listens.
-func (c *children) start(ctx context.Context, addr string) (*exec.Cmd, error) {
+// start runs callguard-lab serve on addr, serving proto ("http" or
+// "grpc"), and waits until it listens.
+func (c *children) start(ctx context.Context, addr, proto string) (*exec.Cmd, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "serve", "--addr", addr)
+	cmd := exec.Command(self, "serve", "--addr", addr, "--proto", proto)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
@@ -180,9 +214,9 @@ func freeAddr() (string, error) {
 	return lis.Addr().String(), nil
 }
 
-// kill is K1: a downstream process killed with SIGKILL mid-run, then
-// restarted on the same port, as the seeds did with kill -9.
-func (l *lab) kill(string) error {
+// kill is K1 over proto: a downstream process killed with SIGKILL mid-run,
+// then restarted on the same port, as the reference runs did with kill -9.
+func (l *lab) kill(proto string) error {
 	const (
 		killAt, restartAt, end = time.Second, 2500 * time.Millisecond, 4 * time.Second
 		deadline               = 500 * time.Millisecond
@@ -192,7 +226,7 @@ func (l *lab) kill(string) error {
 	if err != nil {
 		return err
 	}
-	cmd, err := l.children.start(l.ctx, addr)
+	cmd, err := l.children.start(l.ctx, addr, proto)
 	if err != nil {
 		return err
 	}
@@ -207,7 +241,7 @@ func (l *lab) kill(string) error {
 			mu.Lock()
 			defer mu.Unlock()
 			at := time.Since(start)
-			events = append(events, fmt.Sprintf("%v→%v at %.2f s", from, to, at.Seconds()))
+			events = append(events, fmt.Sprintf("%v → %v at %.2f s", from, to, at.Seconds()))
 			changes = append(changes, scenario.Event{At: at, From: from, To: to})
 			switch {
 			case to == breaker.StateOpen && opened < 0 && at >= killAt:
@@ -233,13 +267,11 @@ func (l *lab) kill(string) error {
 	if err != nil {
 		return err
 	}
-	base := &http.Transport{MaxIdleConnsPerHost: callers}
-	defer base.CloseIdleConnections()
-	tr, err := httpmw.New(base, c)
+	call, closeClient, err := killClient(proto, addr, c, callers)
 	if err != nil {
 		return err
 	}
-	client := &http.Client{Transport: tr}
+	defer closeClient()
 	var ok, failed, rejected, late int
 	var worst time.Duration
 	var wg sync.WaitGroup
@@ -248,15 +280,7 @@ func (l *lab) kill(string) error {
 			for time.Since(start) < end && l.ctx.Err() == nil {
 				ctx, cancel := context.WithTimeout(l.ctx, deadline)
 				t0 := time.Now()
-				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
-				resp, err := client.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					if resp.StatusCode >= 500 {
-						err = errors.New(resp.Status)
-					}
-				}
+				err := call(ctx)
 				took := time.Since(t0)
 				cancel()
 				mu.Lock()
@@ -289,7 +313,7 @@ func (l *lab) kill(string) error {
 	sleep(l.ctx, time.Until(start.Add(restartAt)))
 	var restartErr error
 	if l.ctx.Err() == nil {
-		if _, restartErr = l.children.start(l.ctx, addr); restartErr != nil {
+		if _, restartErr = l.children.start(l.ctx, addr, proto); restartErr != nil {
 			restartErr = fmt.Errorf("restarting the downstream process: %w", restartErr)
 		}
 	}
@@ -301,9 +325,13 @@ func (l *lab) kill(string) error {
 	if err := l.ctx.Err(); err != nil {
 		return err
 	}
-	t := &Table{ID: "K1", Title: "kill -9: a downstream process killed mid-run and restarted", Proto: "http", Scale: 1,
-		Setup: fmt.Sprintf("The downstream runs as a process of its own (callguard-lab serve); %d callers, each request with a %v deadline, through %v. SIGKILL at %v, restarted on the same port at %v, until %v.",
-			callers, deadline, c, killAt, restartAt, end),
+	setup := fmt.Sprintf("The downstream runs as a process of its own (callguard-lab serve --proto %s); %d callers, each request with a %v deadline, through %v. SIGKILL at %v, restarted on the same port at %v, until %v.",
+		proto, callers, deadline, c, killAt, restartAt, end)
+	if proto == "grpc" {
+		setup += " One connection; it reconnects with a backoff of 50 ms growing to 200 ms (grpc.WithConnectParams; with grpc-go's default, 1 s growing × 1.6 with 20 % jitter, the first reconnection after the restart can come later than the 0.5 s the table allows to close)."
+	}
+	t := &Table{ID: "K1", Title: "kill -9: a downstream process killed mid-run and restarted", Proto: proto, Scale: 1,
+		Setup:     setup,
 		Columns:   []string{"what", "measured", "expected"},
 		Tolerance: "the breaker opens within 0.5 s of the kill, probes, and closes within 0.5 s of the restart; no request returns later than its deadline (+ 50 ms)"}
 	// An instant in seconds, or "never" with no value.
@@ -345,10 +373,55 @@ func (l *lab) kill(string) error {
 	closedBy := window("it closed within 0.5 s of the restart", "closed by", closedAfter, restartAt)
 	t.between("the slowest request, against its deadline + 50 ms", ms(worst), math.Inf(-1), ms(deadline+50*time.Millisecond), "ms", true)
 	t.between("rejections while the downstream was down", float64(rejected), 1, math.Inf(1), "requests", false)
-	t.Notes = append(t.Notes, "transitions: "+fmt.Sprint(events))
-	tl := timeline("K1", fmt.Sprintf("K1 over HTTP: the downstream process killed at %v and restarted at %v", killAt, restartAt), end, changes, marks, [][2]time.Duration{{killAt, restartAt}})
+	if len(events) == 0 {
+		events = []string{"none"}
+	}
+	t.Notes = append(t.Notes, "transitions: "+strings.Join(events, "; "))
+	tl := timeline("K1-"+proto, fmt.Sprintf("K1 over %s: the downstream process killed at %v and restarted at %v", protoName(proto), killAt, restartAt), end, changes, marks, [][2]time.Duration{{killAt, restartAt}})
 	tl.Refs = []TimelineRef{openBy, closedBy}
 	l.report.Timelines = append(l.report.Timelines, tl)
 	l.add(t)
 	return nil
+}
+
+// killClient is K1's client over proto, through c: one request to the
+// downstream at addr, and what closes the client.
+func killClient(proto, addr string, c *chain.Chain, callers int) (func(context.Context) error, func(), error) {
+	if proto == "grpc" {
+		ic, err := grpcmw.NewInterceptors(c, grpcmw.AllIdempotent(), grpcmw.UnaryOnly())
+		if err != nil {
+			return nil, nil, err
+		}
+		opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 200 * time.Millisecond},
+				MinConnectTimeout: time.Second})}, ic.DialOptions()...)
+		conn, err := grpc.NewClient("passthrough:///"+addr, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		client := healthpb.NewHealthClient(conn)
+		return func(ctx context.Context) error {
+			_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}, func() { _ = conn.Close() }, nil
+	}
+	base := &http.Transport{MaxIdleConnsPerHost: callers}
+	tr, err := httpmw.New(base, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	client := &http.Client{Transport: tr}
+	return func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if resp.StatusCode >= 500 {
+			return errors.New(resp.Status)
+		}
+		return nil
+	}, base.CloseIdleConnections, nil
 }

@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/callguard/callguard/internal/scenario"
 )
@@ -144,12 +147,12 @@ func TestWhatIf(t *testing.T) {
 	}
 }
 
-// TestKillAndRestart is K1: a downstream process killed with SIGKILL and
-// restarted; the breaker opens, probes and closes, every request within
-// its deadline.
+// TestKillAndRestart is K1 over HTTP and over gRPC: a downstream process
+// killed with SIGKILL and restarted; the breaker opens, probes and closes,
+// every request within its deadline.
 func TestKillAndRestart(t *testing.T) {
 	if testing.Short() {
-		t.Skip("real time: 4 s")
+		t.Skip("real time: 8 s")
 	}
 	var stdout, stderr bytes.Buffer
 	out := filepath.Join(t.TempDir(), "k.json")
@@ -158,20 +161,74 @@ func TestKillAndRestart(t *testing.T) {
 	}
 	b, _ := os.ReadFile(out)
 	var r Report
-	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 1 || !r.Tables[0].Pass {
-		t.Fatalf("K1: %v; %s", err, stdout.String())
+	if err := json.Unmarshal(b, &r); err != nil || len(r.Tables) != 2 || len(r.Timelines) != 2 {
+		t.Fatalf("K1: %v, want a table and a timeline per protocol; %s", err, stdout.String())
 	}
-	if len(r.Timelines) != 1 || len(r.Timelines[0].Marks) == 0 || len(r.Timelines[0].Faults) != 1 ||
-		!slices.ContainsFunc(r.Timelines[0].States, func(s StateSpan) bool { return s.State == "open" }) {
-		t.Errorf("K1's timeline: %+v", r.Timelines)
-	}
-	// Every measured cell is a number with its unit, as in the other tables.
-	for _, row := range r.Tables[0].Rows {
-		if c := row[1]; c.Value == nil || c.Unit == "" {
-			t.Errorf("K1's %q: measured %q has no value or no unit (%v, %q)", row[0].Text, c.Text, c.Value, c.Unit)
+	for i, proto := range []string{"http", "grpc"} {
+		tb, tl := r.Tables[i], r.Timelines[i]
+		if tb.Proto != proto || !tb.Pass {
+			t.Errorf("K1 %d: over %q, pass %t; want over %s, reproduced: %s", i, tb.Proto, tb.Pass, proto, tb.Verdict)
+		}
+		if tl.ID != "K1-"+proto || len(tl.Marks) == 0 || len(tl.Faults) != 1 ||
+			!slices.ContainsFunc(tl.States, func(s StateSpan) bool { return s.State == "open" }) {
+			t.Errorf("K1's timeline over %s: %+v", proto, tl)
+		}
+		// Every measured cell is a number with its unit, as in the other tables.
+		for _, row := range tb.Rows {
+			if c := row[1]; c.Value == nil || c.Unit == "" {
+				t.Errorf("K1 over %s, %q: measured %q has no value or no unit (%v, %q)", proto, row[0].Text, c.Text, c.Value, c.Unit)
+			}
+		}
+		if strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
+			t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+		}
+		// The transitions read as text, not as a Go slice.
+		if len(tb.Notes) == 0 || !strings.HasPrefix(tb.Notes[len(tb.Notes)-1], "transitions: closed → open at ") || strings.Contains(tb.Notes[len(tb.Notes)-1], "[") {
+			t.Errorf("K1 over %s: transitions note %q", proto, tb.Notes)
 		}
 	}
-	if tl := r.Timelines[0]; strings.HasPrefix(tl.Title, tl.ID+":") || len(tl.Refs) != 2 {
-		t.Errorf("K1's timeline: title %q (the caption adds nothing before it), %d reference ticks, want 2", tl.Title, len(tl.Refs))
+}
+
+// TestOutputsCheckedFirst: an output that cannot be written fails the run
+// at once, before any experiment, with exit status 2 and a message naming
+// the flag and the path; a --json file in the --report directory the run
+// creates is fine.
+func TestOutputsCheckedFirst(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--json", filepath.Join(missing, "out.json")}, "--json " + filepath.Join(missing, "out.json")},
+		{[]string{"--report", filepath.Join(dir, "r"), "--json", filepath.Join(dir, "r", "sub", "out.json")}, "--json " + filepath.Join(dir, "r", "sub", "out.json")},
+		{[]string{"--json", dir}, "--json " + dir},
+		{[]string{"--report", filepath.Join(file, "r")}, "--report " + filepath.Join(file, "r")},
+		{[]string{"--chain", "../../spec/testdata/example.yaml", "--json", filepath.Join(missing, "out.json")}, "--json " + filepath.Join(missing, "out.json")},
+	} {
+		var stdout, stderr bytes.Buffer
+		start := time.Now()
+		code := run(c.args, &stdout, &stderr)
+		if took := time.Since(start); code != 2 || !strings.Contains(stderr.String(), c.want) || took > 2*time.Second || stdout.Len() > 0 {
+			t.Errorf("%q: exit %d after %v, %q on stderr, %q on stdout; want 2 at once and a message with %q", c.args, code, took, stderr.String(), stdout.String(), c.want)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a failed check created %s: %v", missing, err)
+	}
+	// The report's directory is created, and the JSON written in it.
+	report := filepath.Join(dir, "out")
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--only", "C1", "--proto", "http", "--report", report, "--json", filepath.Join(report, "out.json")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--report %s --json %s/out.json: exit %d: %s", report, report, code, stderr.String())
+	}
+	for _, f := range []string{"index.html", "out.json"} {
+		if _, err := os.Stat(filepath.Join(report, f)); err != nil {
+			t.Error(err)
+		}
 	}
 }

@@ -21,7 +21,7 @@ type Report struct {
 	Elapsed   float64     `json:"elapsed_s"`
 	Tables    []*Table    `json:"tables"`
 	Timelines []*Timeline `json:"timelines,omitempty"`
-	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the seed's)
+	Clock     string      `json:"clock,omitempty"` // whose time the timelines are in ("": the reference's)
 	// The run's worst scheduling noise (a bare timer's lateness, see
 	// Table.Noise) over every real-time experiment, and its samples.
 	NoiseMax     float64 `json:"noise_max_ms,omitempty"`
@@ -33,7 +33,7 @@ type Table struct {
 	ID        string   `json:"id"`    // "A1", "C2", …
 	Title     string   `json:"title"` // what it is
 	Proto     string   `json:"proto,omitempty"`
-	Scale     float64  `json:"scale"` // durations × this (1: the seed's own)
+	Scale     float64  `json:"scale"` // durations × this (1: the reference's own)
 	Setup     string   `json:"setup,omitempty"`
 	Columns   []string `json:"columns"`
 	Rows      [][]Cell `json:"rows"`
@@ -91,6 +91,12 @@ type checkRes struct {
 	tol    float64 // ± around want
 	unit   string  // "ms" or "s" for times; else what is counted, or ""
 	timing bool    // a real-time instant or latency: hi widened by the noise
+	// A count of calls paced by a timer, one every interval (ms, in the
+	// seed's time; 0: not paced): a late timer can move a call across each
+	// of bounds instants where the calls' fate changes, so [lo, hi] is
+	// widened both ways by bounds calls per interval (or part) of noise.
+	interval float64
+	bounds   int
 }
 
 func text(s string) Cell { return Cell{Text: s} }
@@ -107,7 +113,7 @@ func num(v float64, unit string, ref float64, format string) Cell {
 	c := Cell{Text: f(v), Value: &v, Unit: unit}
 	if !math.IsNaN(ref) {
 		c.Reference = &ref
-		c.Text += " (seed " + f(ref) + ")"
+		c.Text += " (reference " + f(ref) + ")"
 	}
 	return c
 }
@@ -116,9 +122,20 @@ var none = math.NaN()
 
 // check records, for the table's verdict, a measured value got that must
 // be within tol of the seed's want, in unit ("ms", "s", or what is
-// counted). A count with tol 0 is exact; no noise widens it.
+// counted). A count with tol 0 is exact: no noise widens it (checkPaced is
+// for a count that timing decides).
 func (t *Table) check(what string, got, want, tol float64, unit string) {
 	t.checks = append(t.checks, checkRes{what: what, num: true, got: got, lo: want - tol, hi: want + tol, want: want, tol: tol, unit: unit})
+}
+
+// checkPaced is check for a count of calls paced by a timer, one every
+// interval ms (in the seed's time), exact when the timer is on time: a late
+// timer can move a call across each of bounds instants where the calls'
+// fate changes (a breaker's open period ending), so the count is allowed
+// bounds calls per interval, or part of one, of the noise measured beside
+// it, either way.
+func (t *Table) checkPaced(what string, got, want float64, unit string, interval float64, bounds int) {
+	t.checks = append(t.checks, checkRes{what: what, num: true, got: got, lo: want, hi: want, want: want, unit: unit, interval: interval, bounds: bounds})
 }
 
 // checkTime is check for a time measured in real time ("ms" or "s", in the
@@ -143,9 +160,15 @@ func (t *Table) expect(what string, ok bool) {
 // table's noise.
 func (t *Table) judge() {
 	var failed []string
+	paced := 0.0 // the widest paced count's slack
 	for _, c := range t.checks {
-		if !c.pass(t.allowance(c.unit)) {
-			failed = append(failed, c.describe(t.allowance(c.unit)))
+		a := t.allowance(c.unit)
+		if c.interval > 0 {
+			a = t.slack(c)
+			paced = max(paced, a)
+		}
+		if !c.pass(a) {
+			failed = append(failed, c.describe(a))
 		}
 	}
 	t.Pass = len(failed) == 0
@@ -161,9 +184,22 @@ func (t *Table) judge() {
 	if slices.ContainsFunc(t.checks, func(c checkRes) bool { return c.timing }) {
 		t.Verdict += ", and each time was allowed that much later"
 		if t.Noise.Allowance != t.Noise.Max {
-			t.Verdict += fmt.Sprintf(" (%s in the seed's time)", quantity(t.Noise.Allowance, "ms"))
+			t.Verdict += fmt.Sprintf(" (%s in the reference's time)", quantity(t.Noise.Allowance, "ms"))
 		}
 	}
+	if paced > 0 {
+		t.Verdict += fmt.Sprintf(", each count paced by a timer up to %s off", quantity(paced, "calls"))
+	}
+}
+
+// slack is how many calls a paced count c may be off by: c.bounds calls
+// per c.interval, or part of one, of the noise's lateness in the seed's time
+// (0: no noise measured).
+func (t *Table) slack(c checkRes) float64 {
+	if t.Noise == nil || c.interval <= 0 || t.Noise.Allowance <= 0 {
+		return 0
+	}
+	return float64(c.bounds) * math.Ceil(t.Noise.Allowance/c.interval)
 }
 
 // allowance is the noise's lateness in unit, in the seed's time (0: no
@@ -185,11 +221,14 @@ func (c checkRes) pass(noise float64) bool {
 	if !c.num {
 		return c.ok
 	}
-	hi := c.hi
-	if c.timing {
+	lo, hi := c.lo, c.hi
+	switch {
+	case c.timing:
 		hi += noise
+	case c.interval > 0:
+		lo, hi = lo-noise, hi+noise
 	}
-	return c.got >= c.lo && c.got <= hi
+	return c.got >= lo && c.got <= hi
 }
 
 // describe is the check for a verdict that lists it: "what: 1,780 ms (seed
@@ -201,15 +240,18 @@ func (c checkRes) describe(noise float64) string {
 	var want string
 	switch {
 	case !math.IsNaN(c.want) && c.tol == 0:
-		want = fmt.Sprintf("seed %s, exact", quantity(c.want, c.unit))
+		want = fmt.Sprintf("reference %s, exact", quantity(c.want, c.unit))
 	case !math.IsNaN(c.want):
-		want = fmt.Sprintf("seed %s, ± %s", quantity(c.want, c.unit), quantity(c.tol, c.unit))
+		want = fmt.Sprintf("reference %s, ± %s", quantity(c.want, c.unit), quantity(c.tol, c.unit))
 	case math.IsInf(c.lo, -1):
 		want = "at most " + quantity(c.hi, c.unit)
 	case math.IsInf(c.hi, 1):
 		want = "at least " + quantity(c.lo, c.unit)
 	default:
 		want = fmt.Sprintf("want %s to %s", quantity(c.lo, c.unit), quantity(c.hi, c.unit))
+	}
+	if c.interval > 0 && noise > 0 {
+		want += fmt.Sprintf(" on time, ± %s of noise", quantity(noise, c.unit))
 	}
 	if c.timing && noise > 0 {
 		// The noise in ms, whatever the unit: it is small.
@@ -274,9 +316,9 @@ func (t *Table) print(w io.Writer) {
 		fmt.Fprintln(w, wrap(t.Setup, 100))
 	}
 	if t.Scale != 1 && t.Scale != 0 {
-		fmt.Fprintf(w, "(quick: durations × %g, reported in the seed's time, ÷ %g", t.Scale, t.Scale)
+		fmt.Fprintf(w, "(quick: durations × %g, reported in the reference's time, ÷ %g", t.Scale, t.Scale)
 		if len(t.Chains) > 0 {
-			fmt.Fprint(w, "; the configurations and the lint at the seed's durations")
+			fmt.Fprint(w, "; the configurations and the lint at the reference's durations")
 		}
 		fmt.Fprintln(w, ")")
 	}
@@ -368,7 +410,7 @@ type Timeline struct {
 	States   []StateSpan    `json:"states"`
 	Faults   [][2]float64   `json:"faults,omitempty"` // the downstream's fault windows, in seconds
 	Marks    []TimelineMark `json:"marks"`
-	Refs     []TimelineRef  `json:"references,omitempty"` // the seed's reference instants, drawn as ticks
+	Refs     []TimelineRef  `json:"references,omitempty"` // the reference instants, drawn as ticks
 	Caption  string         `json:"caption,omitempty"`    // what its counts are ("": N requests over the run)
 }
 
@@ -377,7 +419,7 @@ type Timeline struct {
 type TimelineRef struct {
 	At    float64 `json:"at_s"`
 	Label string  `json:"label"`          // a short name drawn beside the tick: "1", "open by"
-	Note  string  `json:"note,omitempty"` // the seed's and the measured value, shown on hover
+	Note  string  `json:"note,omitempty"` // the reference's and the measured value, shown on hover
 	Off   bool    `json:"off,omitempty"`  // the measured instant is outside the tolerance (and the noise)
 }
 

@@ -45,8 +45,8 @@ func TestVerdictUnits(t *testing.T) {
 	tb.between("giving up: median", 6.2, math.Inf(-1), 5, "ms", true)
 	tb.between("the breaker opened", 1.62, 1, 1.5, "s", true)
 	tb.judge()
-	want := "NOT reproduced: 4 of 4 values off: native transition 2: 1,780 ms (seed 1,750 ms, ± 15 ms); " +
-		"native reached the downstream: 79 calls (seed 80 calls, exact); giving up: median: 6.2 ms (at most 5 ms); " +
+	want := "NOT reproduced: 4 of 4 values off: native transition 2: 1,780 ms (reference 1,750 ms, ± 15 ms); " +
+		"native reached the downstream: 79 calls (reference 80 calls, exact); giving up: median: 6.2 ms (at most 5 ms); " +
 		"the breaker opened: 1.62 s (want 1.00 s to 1.50 s)"
 	if tb.Pass || tb.Verdict != want {
 		t.Errorf("verdict:\n%s\nwant:\n%s", tb.Verdict, want)
@@ -54,10 +54,12 @@ func TestVerdictUnits(t *testing.T) {
 }
 
 // TestVerdictNoise: the measured noise widens a timing value's tolerance
-// upwards only, by the noise in the seed's time; counts stay exact; the
+// upwards only, by the noise in the seed's time; counts stay exact, but a
+// count paced by a timer is allowed the calls a late timer can move (4
+// crossings × the noise in 50 ms intervals, rounded up), either way; the
 // verdict says what the noise was.
 func TestVerdictNoise(t *testing.T) {
-	noise := &Noise{Period: 1, Samples: 9000, P50: 0.1, P99: 4, Max: 20, Allowance: 40} // × 0.5: 40 ms in the seed's time
+	noise := &Noise{Period: 1, Samples: 9000, P50: 0.1, P99: 4, Max: 20, Allowance: 40} // × 0.5: 40 ms in the reference's time
 	for _, tc := range []struct {
 		name string
 		add  func(*Table)
@@ -69,6 +71,10 @@ func TestVerdictNoise(t *testing.T) {
 		{"a time in seconds", func(tb *Table) { tb.checkTime("t", 15.78, 15, 0.75, "s") }, true},
 		{"a time in seconds, beyond", func(tb *Table) { tb.checkTime("t", 15.8, 15, 0.75, "s") }, false},
 		{"a count stays exact", func(tb *Table) { tb.check("n", 81, 80, 0, "calls") }, false},
+		// 40 ms of noise, a call every 50 ms: one interval or part, × 4 crossings.
+		{"a paced count, within 4 calls", func(tb *Table) { tb.checkPaced("n", 76, 80, "calls", 50, 4) }, true},
+		{"a paced count, more", func(tb *Table) { tb.checkPaced("n", 84, 80, "calls", 50, 4) }, true},
+		{"a paced count, beyond", func(tb *Table) { tb.checkPaced("n", 75, 80, "calls", 50, 4) }, false},
 		{"not a timing value", func(tb *Table) { tb.check("t", 752, 700, 15, "ms") }, false},
 		{"a range, late", func(tb *Table) { tb.between("t", 1.53, 1, 1.5, "s", true) }, true},
 		{"an upper bound", func(tb *Table) { tb.between("t", 44, math.Inf(-1), 5, "ms", true) }, true},
@@ -84,15 +90,36 @@ func TestVerdictNoise(t *testing.T) {
 				t.Errorf("the verdict does not give the noise: %s", tb.Verdict)
 			}
 			timing := tb.checks[0].timing
-			if says := strings.Contains(tb.Verdict, "allowed that much later (40 ms in the seed's time)"); says != timing {
+			if says := strings.Contains(tb.Verdict, "allowed that much later (40 ms in the reference's time)"); says != timing {
 				t.Errorf("the verdict says the allowance: %t; want %t (a timing value): %s", says, timing, tb.Verdict)
 			}
 		})
 	}
 	tb := &Table{Noise: noise}
+	tb.checkPaced("native reached the downstream", 72, 80, "calls", 50, 4)
+	tb.judge()
+	if !strings.Contains(tb.Verdict, "native reached the downstream: 72 calls (reference 80 calls, exact on time, ± 4 calls of noise)") ||
+		!strings.Contains(tb.Verdict, "each count paced by a timer up to 4 calls off") {
+		t.Errorf("a paced count off does not say the calls it was allowed: %s", tb.Verdict)
+	}
+	// 60 ms of noise: two intervals or part, 8 calls.
+	tb = &Table{Noise: &Noise{Period: 1, Samples: 9000, Max: 30, Allowance: 60}}
+	tb.checkPaced("n", 72, 80, "calls", 50, 4)
+	tb.judge()
+	if !tb.Pass {
+		t.Errorf("8 calls off with 60 ms of noise, a call every 50 ms across 4 bounds: %s", tb.Verdict)
+	}
+	// No noise measured: a paced count is exact.
+	tb = &Table{}
+	tb.checkPaced("n", 79, 80, "calls", 50, 4)
+	tb.judge()
+	if tb.Pass || !strings.Contains(tb.Verdict, "n: 79 calls (reference 80 calls, exact)") {
+		t.Errorf("a paced count without noise: %s", tb.Verdict)
+	}
+	tb = &Table{Noise: noise}
 	tb.checkTime("native transition 1", 760, 700, 15, "ms")
 	tb.judge()
-	if !strings.Contains(tb.Verdict, "native transition 1: 760 ms (seed 700 ms, ± 15 ms + 40 ms of noise)") {
+	if !strings.Contains(tb.Verdict, "native transition 1: 760 ms (reference 700 ms, ± 15 ms + 40 ms of noise)") {
 		t.Errorf("a timing value off does not say the noise it was allowed: %s", tb.Verdict)
 	}
 }

@@ -406,7 +406,7 @@ func whatIfScenarios(only string) ([]whatIfScenario, error) {
 		}
 	}
 	if len(unknown) > 0 || len(sel) == 0 {
-		return nil, fmt.Errorf("--only %q with --chain: %s selects no scenario of the what-if; its scenarios are %s (by id, W for all, or by the start of a name; the seeds' experiments, A1 to K1, run without --chain)",
+		return nil, fmt.Errorf("--only %q with --chain: %s selects no scenario of the what-if; its scenarios are %s (by id, W for all, or by the start of a name; the reference experiments, A1 to E1, run without --chain)",
 			only, strings.Join(unknown, ", "), strings.Join(names, ", "))
 	}
 	return sel, nil
