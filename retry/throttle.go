@@ -28,8 +28,10 @@ type Throttle struct {
 }
 
 // NewThrottle returns a throttle of maxTokens, in (0, 1000], and
-// tokenRatio, > 0 (gRPC's bounds; grpc-go rounds tokenRatio to 3
-// decimal places, and so does NewThrottle).
+// tokenRatio, > 0 (gRPC's bounds). tokenRatio is kept as given, as
+// grpc-go keeps a service config's: a small one, such as 0.0004, is not
+// rounded to 0 (gRFC A6 mentions 3 decimal places; grpc-go does not
+// round).
 func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
 	switch {
 	case !(maxTokens > 0 && maxTokens <= 1000):
@@ -37,7 +39,7 @@ func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
 	case !(tokenRatio > 0) || math.IsInf(tokenRatio, 1):
 		return nil, fmt.Errorf("retry: NewThrottle tokenRatio = %v: must be a finite number > 0", tokenRatio)
 	}
-	return &Throttle{max: maxTokens, ratio: math.Round(tokenRatio*1000) / 1000, tokens: maxTokens}, nil
+	return &Throttle{max: maxTokens, ratio: tokenRatio, tokens: maxTokens}, nil
 }
 
 // failed takes a token for a retryable failure, and says whether the

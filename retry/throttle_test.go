@@ -100,3 +100,31 @@ func TestExponentialBy(t *testing.T) {
 		t.Errorf("waits %v, want %v", got, want)
 	}
 }
+
+// TestThrottleSmallRatio: tokenRatio is kept as given, as grpc-go keeps it
+// (its retryThrottler adds the service config's ratio unrounded): with
+// maxTokens 10 and tokenRatio 0.0004, 6 failures leave 4 tokens, and
+// 20,000 successes give back 8, up to 10.
+func TestThrottleSmallRatio(t *testing.T) {
+	th, err := retry.NewThrottle(10, 0.0004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retry.New(retry.MaxAttempts(2), retry.Constant(0), retry.WithThrottle(th))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := errors.New("unavailable")
+	for range 4 { // 2 failures, 2, then 1 each (throttled)
+		_ = p.Do(context.Background(), func(context.Context) error { return fail })
+	}
+	if got := th.Tokens(); got != 4 {
+		t.Fatalf("after 6 failures: %v tokens, want 4", got)
+	}
+	for range 20000 {
+		_ = p.Do(context.Background(), func(context.Context) error { return nil })
+	}
+	if got := th.Tokens(); got != 10 {
+		t.Errorf("after 20,000 successes: %v tokens, want 10 (grpc-go's)", got)
+	}
+}
