@@ -149,7 +149,7 @@ func (e *statusError) Unwrap() error              { return e.err }
 // toStatus is the package's toStatus, with the code a rejection before
 // any attempt carries replaced by RejectionCode's.
 func (cfg *config) toStatus(callerCtx context.Context, err, answer error) error {
-	out := toStatus(callerCtx, err, answer)
+	out := cfg.gaveUp(err, toStatus(callerCtx, err, answer))
 	if cfg.rejectionCode == nil || out == nil || callerCtx.Err() != nil {
 		return out
 	}
@@ -157,6 +157,19 @@ func (cfg *config) toStatus(callerCtx context.Context, err, answer error) error 
 		return &statusError{status.New(*cfg.rejectionCode, err.Error()), err}
 	}
 	return out
+}
+
+// gaveUp returns out, the status of err, or, for the interceptors of a
+// service config, DeadlineExceeded when err is a retry that gave up
+// because its wait would outlive the deadline: grpc-go waits, and its
+// caller gets DeadlineExceeded at the deadline; this caller gets it at
+// once.
+func (cfg *config) gaveUp(err, out error) error {
+	var ex *retry.ExhaustedError
+	if !cfg.deadlineCode || out == nil || !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline {
+		return out
+	}
+	return &statusError{status.New(codes.DeadlineExceeded, err.Error()), err}
 }
 
 // toStatus maps the chain's result to what a gRPC caller expects. answer

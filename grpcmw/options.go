@@ -47,6 +47,10 @@ type config struct {
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
 	endpoints        *EndpointHealth // Endpoints
+	// deadlineCode: a retry that gave up because its wait would outlive
+	// the deadline ends DeadlineExceeded, as grpc-go's would at the
+	// deadline (FromServiceConfig).
+	deadlineCode bool
 }
 
 // Idempotent declares methods safe to retry, by full name:

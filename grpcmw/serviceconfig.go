@@ -124,6 +124,7 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 			return
 		}
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
+		c.deadlineCode = true
 	}))
 	return NewInterceptors(nil, opts...)
 }
@@ -283,14 +284,20 @@ func (rp *retryPolicyJSON) policy(th *retry.Throttle, src rand.Source) (*retry.P
 	}
 	// grpc-go's wait before retry n is min(initialBackoff ×
 	// backoffMultiplier^(n-1), maxBackoff), ± 20 % (its stream.go): the
-	// retry's own schedule and default jitter.
+	// retry's own schedule, which keeps an initialBackoff above
+	// maxBackoff with a multiplier below 1 (the product shrinks to below
+	// maxBackoff later), and default jitter. With a multiplier of 1 or
+	// more, every wait of such a schedule is maxBackoff.
+	if rp.BackoffMultiplier >= 1 {
+		initial = min(initial, maxB)
+	}
 	set := map[codes.Code]bool{}
 	for _, c := range rp.RetryableStatusCodes {
 		set[c] = true
 	}
 	opts := []retry.Option{
 		retry.MaxAttempts(min(rp.MaxAttempts, serviceConfigMaxAttempts)),
-		retry.ExponentialBy(min(initial, maxB), maxB, rp.BackoffMultiplier),
+		retry.ExponentialBy(initial, maxB, rp.BackoffMultiplier),
 		retry.Jitter(0.2),
 		retry.RetryIf(func(err error) bool { return set[status.Code(err)] }),
 	}

@@ -78,14 +78,20 @@ func WithThrottle(t *Throttle) Option {
 // ExponentialBy waits initial, then multiplier times as long after each
 // failure, up to max: gRPC's retryPolicy schedule (initialBackoff,
 // backoffMultiplier, maxBackoff; a multiplier below 1 shrinks the waits).
-// Exponential is ExponentialBy with multiplier 2.
+// The wait before retry n is min(initial × multiplier^(n-1), max), as in
+// grpc-go: with a multiplier below 1, initial may exceed max, and the
+// waits are max until initial × multiplier^(n-1) falls below it (100 ms,
+// 20 ms, ×0.1: 20, 10, 1 ms). Exponential is ExponentialBy with
+// multiplier 2.
 func ExponentialBy(initial, max time.Duration, multiplier float64) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case initial < 0:
 			bad(c, "ExponentialBy(%v, %v, %v): initial must be >= 0", initial, max, multiplier)
-		case max < initial:
-			bad(c, "ExponentialBy(%v, %v, %v): max must be >= initial", initial, max, multiplier)
+		case max < initial && multiplier >= 1:
+			bad(c, "ExponentialBy(%v, %v, %v): max must be >= initial (or the multiplier below 1)", initial, max, multiplier)
+		case max < 0:
+			bad(c, "ExponentialBy(%v, %v, %v): max must be >= 0", initial, max, multiplier)
 		case !(multiplier > 0) || math.IsInf(multiplier, 1):
 			bad(c, "ExponentialBy(%v, %v, %v): multiplier must be a finite number > 0", initial, max, multiplier)
 		}

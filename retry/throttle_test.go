@@ -101,6 +101,24 @@ func TestExponentialBy(t *testing.T) {
 	}
 }
 
+// TestExponentialByShrinking: gRPC's schedule starting above its cap,
+// initialBackoff 100 ms ×0.1 up to 20 ms: min(100 ms × 0.1ⁿ, 20 ms), 20,
+// 10, 1, 0.1 ms, as grpc-go waits (not clipped first, then multiplied:
+// 20, 2, 0.2 ms).
+func TestExponentialByShrinking(t *testing.T) {
+	p, err := retry.New(retry.MaxAttempts(5), retry.ExponentialBy(100*time.Millisecond, 20*time.Millisecond, 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{20 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, 100 * time.Microsecond}
+	if got := bridge.RetryOf(p).Waits(); !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if _, err := retry.New(retry.ExponentialBy(time.Second, time.Millisecond, 2)); err == nil {
+		t.Error("ExponentialBy(1s, 1ms, 2): no error, want one (max below initial, growing)")
+	}
+}
+
 // TestThrottleSmallRatio: tokenRatio is kept as given, as grpc-go keeps it
 // (its retryThrottler adds the service config's ratio unrounded): with
 // maxTokens 10 and tokenRatio 0.0004, 6 failures leave 4 tokens, and

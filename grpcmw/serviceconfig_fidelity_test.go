@@ -1,0 +1,95 @@
+package grpcmw_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/callguard/callguard/grpcmw"
+	"github.com/callguard/callguard/internal/testserver"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// phase is a run of calls of one method (Check, or Watch, a stream) while
+// the server answers every call with answer.
+type phase struct {
+	calls   int
+	watch   bool
+	answer  testserver.GRPCAnswer
+	timeout time.Duration // each call's (0: 10 s)
+}
+
+// runPhases makes the phases' calls, one after another, through a client
+// of a new server, once with grpc-go's own retry given the service
+// config, once through FromServiceConfig's interceptors; it returns, for
+// each, the server's calls and the code of each phase's last call, a
+// phase at a time.
+func runPhases(t *testing.T, sc string, phases ...phase) (builtin, converted string) {
+	t.Helper()
+	ic, err := grpcmw.FromServiceConfig(sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, way := range []struct {
+		out  *string
+		opts []grpc.DialOption
+	}{
+		{&builtin, []grpc.DialOption{grpc.WithDefaultServiceConfig(sc)}},
+		{&converted, ic.DialOptions()},
+	} {
+		var cur atomic.Pointer[testserver.GRPCAnswer]
+		srv, client := server(t, func(int64, string) testserver.GRPCAnswer { return *cur.Load() }, way.opts...)
+		var out []string
+		for _, p := range phases {
+			cur.Store(&p.answer)
+			before := srv.Received.Load()
+			var err error
+			for range p.calls {
+				d := p.timeout
+				if d == 0 {
+					d = 10 * time.Second
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				if p.watch {
+					err = watch(ctx, client)
+				} else {
+					err = check(ctx, client)
+				}
+				cancel()
+			}
+			out = append(out, fmt.Sprintf("%d×%v", srv.Received.Load()-before, status.Code(err)))
+		}
+		*way.out = strings.Join(out, " ")
+	}
+	return builtin, converted
+}
+
+func sameAsGRPC(t *testing.T, builtin, converted, want string) {
+	t.Helper()
+	if builtin != want || converted != want {
+		t.Errorf("grpc-go's retry %s,\nthe converted chain %s;\nwant %s for both", builtin, converted, want)
+	}
+}
+
+var (
+	failing = testserver.GRPCAnswer{Code: codes.Unavailable}
+	fine    = testserver.GRPCAnswer{}
+)
+
+// TestFromServiceConfigShrinkingBackoff: initialBackoff 100 s, maxBackoff
+// 1 s, backoffMultiplier 0.01: grpc-go waits min(100 s × 0.01ⁿ, 1 s)
+// before retry n+1, 1 s, 1 s, then 10 ms (each ± 20 %): by a deadline of
+// 1.5 s it has made 2 calls (the second wait ends at 1.6 s at the
+// soonest), where the schedule clipped first (1 s, 10 ms, 0.1 ms) makes
+// all 4.
+func TestFromServiceConfigShrinkingBackoff(t *testing.T) {
+	sc := `{"methodConfig": [{"name": [` + check_ + `], "retryPolicy": {"maxAttempts": 4,
+		"initialBackoff": "100s", "maxBackoff": "1s", "backoffMultiplier": 0.01, "retryableStatusCodes": ["UNAVAILABLE"]}}]}`
+	b, c := runPhases(t, sc, phase{calls: 1, answer: failing, timeout: 1500 * time.Millisecond})
+	sameAsGRPC(t, b, c, "2×DeadlineExceeded")
+}
