@@ -86,10 +86,13 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req a
 	if !mayRetry {
 		return retry.Permanent(err)
 	}
-	if v := trailer.Get(pushbackKey); len(v) > 0 {
+	if v := trailer.Get(pushbackKey); len(v) == 1 {
 		// gRFC A6: negative or malformed means do not retry; a number too
 		// large for a Duration waits longer than any MaxPushback.
 		return retry.WithPushback(err, adapter.PushbackMs(v[0]))
+	} else if len(v) > 1 {
+		// Several values: grpc-go does not retry.
+		return retry.WithPushback(err, -1)
 	}
 	if code == codes.ResourceExhausted {
 		// Overload, a quota or a size limit: retried only when the server

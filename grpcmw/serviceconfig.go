@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -300,6 +301,9 @@ func (rp *retryPolicyJSON) policy(th *retry.Throttle, src rand.Source) (*retry.P
 		retry.ExponentialBy(initial, maxB, rp.BackoffMultiplier),
 		retry.Jitter(0.2),
 		retry.RetryIf(func(err error) bool { return set[status.Code(err)] }),
+		// grpc-go waits a pushback of any length; the caller's deadline
+		// ends it.
+		retry.MaxPushback(math.MaxInt64),
 	}
 	if th != nil {
 		opts = append(opts, retry.WithThrottle(th))

@@ -22,6 +22,7 @@ type phase struct {
 	watch   bool
 	answer  testserver.GRPCAnswer
 	timeout time.Duration // each call's (0: 10 s)
+	cancel  time.Duration // if not 0, the caller cancels each call after it
 }
 
 // runPhases makes the phases' calls, one after another, through a client
@@ -55,6 +56,9 @@ func runPhases(t *testing.T, sc string, phases ...phase) (builtin, converted str
 					d = 10 * time.Second
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), d)
+				if p.cancel > 0 {
+					time.AfterFunc(p.cancel, cancel)
+				}
 				if p.watch {
 					err = watch(ctx, client)
 				} else {
@@ -80,6 +84,22 @@ var (
 	failing = testserver.GRPCAnswer{Code: codes.Unavailable}
 	fine    = testserver.GRPCAnswer{}
 )
+
+// TestFromServiceConfigLongPushback: grpc-go honours a pushback of any
+// length, 31 s here: with a 2-minute deadline it waits, until the caller
+// cancels; with a deadline before the pushback ends, the call ends
+// DeadlineExceeded. It makes no retry for a trailer with several values.
+func TestFromServiceConfigLongPushback(t *testing.T) {
+	sc := retryConfig(check_, "", 3, `"UNAVAILABLE"`)
+	long := testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "31000"}
+	b, c := runPhases(t, sc, phase{calls: 1, answer: long, timeout: 2 * time.Minute, cancel: 300 * time.Millisecond})
+	sameAsGRPC(t, b, c, "1×Canceled")
+	b, c = runPhases(t, sc, phase{calls: 1, answer: long, timeout: 300 * time.Millisecond})
+	sameAsGRPC(t, b, c, "1×DeadlineExceeded")
+	several := testserver.GRPCAnswer{Code: codes.Unavailable, PushbackMs: "1,2"}
+	b, c = runPhases(t, sc, phase{calls: 1, answer: several})
+	sameAsGRPC(t, b, c, "1×Unavailable")
+}
 
 // TestFromServiceConfigShrinkingBackoff: initialBackoff 100 s, maxBackoff
 // 1 s, backoffMultiplier 0.01: grpc-go waits min(100 s × 0.01ⁿ, 1 s)
