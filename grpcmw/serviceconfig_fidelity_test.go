@@ -85,6 +85,20 @@ var (
 	fine    = testserver.GRPCAnswer{}
 )
 
+// TestFromServiceConfigThrottleRefills: an outage drains the throttle;
+// then successful calls, answered at their first attempt, refill it, for
+// grpc-go as for the chain (a unary call's success and a stream's), and
+// the next failure is retried again.
+func TestFromServiceConfigThrottleRefills(t *testing.T) {
+	sc := `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}], "retryPolicy": {"maxAttempts": 2,
+		"initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+		"retryThrottling": {"maxTokens": 10, "tokenRatio": 0.5}}`
+	for _, watch := range []bool{false, true} {
+		b, c := runPhases(t, sc, phase{calls: 10, answer: failing}, phase{calls: 20, watch: watch, answer: fine}, phase{calls: 1, answer: failing})
+		sameAsGRPC(t, b, c, "12×Unavailable 20×OK 2×Unavailable")
+	}
+}
+
 // TestFromServiceConfigLongPushback: grpc-go honours a pushback of any
 // length, 31 s here: with a 2-minute deadline it waits, until the caller
 // cancels; with a deadline before the pushback ends, the call ends

@@ -29,6 +29,9 @@ func (p *Policy) bridged() bridge.Retry {
 	if p.budget != nil {
 		x.Deposit = p.budget.deposit
 	}
+	if p.throttle != nil {
+		x.Succeeded = p.throttle.succeeded
+	}
 	return x
 }
 
