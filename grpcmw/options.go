@@ -51,6 +51,9 @@ type config struct {
 	// the deadline ends DeadlineExceeded, as grpc-go's would at the
 	// deadline (FromServiceConfig).
 	deadlineCode bool
+	// succeeded, if not nil, is told of each call that succeeded (a
+	// stream: at its clean end): a service config's retry throttle.
+	succeeded func()
 }
 
 // Idempotent declares methods safe to retry, by full name:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
@@ -65,10 +66,12 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		return nil, fmt.Errorf("grpcmw: FromServiceConfig: %w", err)
 	}
 	var th *retry.Throttle
+	var credit func()
 	if t := sc.RetryThrottling; t != nil {
 		if th, err = retry.NewThrottle(t.MaxTokens, t.TokenRatio); err != nil {
 			return nil, fmt.Errorf("grpcmw: FromServiceConfig: retryThrottling: %w", err)
 		}
+		credit = bridge.ThrottleOwn(th)
 	}
 	chains := map[string]*chain.Chain{} // by name key: "service/method", "service/", ""
 	retryable := map[codes.Code]bool{}
@@ -126,6 +129,11 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		}
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
 		c.deadlineCode = true
+		if th != nil {
+			// grpc-go credits the connection's throttle with every
+			// successful RPC, whatever the method.
+			c.succeeded = credit
+		}
 	}))
 	return NewInterceptors(nil, opts...)
 }

@@ -99,6 +99,18 @@ func TestFromServiceConfigThrottleRefills(t *testing.T) {
 	}
 }
 
+// TestFromServiceConfigThrottlePerChannel: grpc-go's throttle is the
+// connection's: a successful call of any method credits it, one with no
+// methodConfig too (Watch here), so a method drained by its failures is
+// retried again after them.
+func TestFromServiceConfigThrottlePerChannel(t *testing.T) {
+	sc := `{"methodConfig": [{"name": [` + check_ + `], "retryPolicy": {"maxAttempts": 3,
+		"initialBackoff": "0.001s", "maxBackoff": "0.001s", "backoffMultiplier": 1, "retryableStatusCodes": ["UNAVAILABLE"]}}],
+		"retryThrottling": {"maxTokens": 10, "tokenRatio": 1}}`
+	b, c := runPhases(t, sc, phase{calls: 4, answer: failing}, phase{calls: 10, watch: true, answer: fine}, phase{calls: 1, answer: failing})
+	sameAsGRPC(t, b, c, "7×Unavailable 10×OK 3×Unavailable")
+}
+
 // TestFromServiceConfigLongPushback: grpc-go honours a pushback of any
 // length, 31 s here: with a 2-minute deadline it waits, until the caller
 // cancels; with a deadline before the pushback ends, the call ends

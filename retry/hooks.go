@@ -10,6 +10,11 @@ func init() {
 		}
 		return b.ratio, b.perSecond, 100*b.ratio + b.perSecond, true
 	}
+	bridge.ThrottleOwn = func(t any) func() {
+		th := t.(*Throttle)
+		th.owned = true
+		return th.credit
+	}
 	bridge.RetryOf = func(p any) *bridge.Retry {
 		q := p.(*Policy)
 		if q.x.DoUntil == nil { // the zero Policy

@@ -22,6 +22,11 @@ import (
 // outage it allows none past the first maxTokens / 2 failures.
 type Throttle struct {
 	max, ratio float64
+	// owned: the calls' successes are credited by the throttle's owner
+	// (bridge.ThrottleOwn: the interceptors of a service config credit
+	// every successful RPC of the connection, as grpc-go does), not by
+	// the retries.
+	owned bool
 
 	mu     sync.Mutex
 	tokens float64
@@ -51,8 +56,15 @@ func (t *Throttle) failed() bool {
 	return t.tokens <= t.max/2
 }
 
-// succeeded gives back a call's success.
+// succeeded gives back a call's success, unless the throttle is owned.
 func (t *Throttle) succeeded() {
+	if !t.owned {
+		t.credit()
+	}
+}
+
+// credit gives back a call's success.
+func (t *Throttle) credit() {
 	t.mu.Lock()
 	t.tokens = min(t.max, t.tokens+t.ratio)
 	t.mu.Unlock()
