@@ -32,7 +32,10 @@ const serviceConfigMaxAttempts = 5
 // backoffMultiplier; retryableStatusCodes), and retryThrottling
 // (maxTokens, tokenRatio) is one retry.Throttle for every method, as
 // grpc-go keeps one per ClientConn: use the interceptors for one
-// connection. A name with a method matches that method, one with only a
+// connection. As grpc-go's, it is charged by the retryable failures of
+// the methods with a retryPolicy and credited by every call through the
+// interceptors that succeeds, whatever its method (a stream at its clean
+// end). A name with a method matches that method, one with only a
 // service every method of it, an empty name every method; the most
 // specific wins, as in grpc-go. A method no methodConfig names is passed
 // through. The methods a retryPolicy names are retried whether or not
@@ -40,10 +43,14 @@ const serviceConfigMaxAttempts = 5
 // service's own word that they may be.
 //
 // The waits are grpc-go's: before retry n, min(initialBackoff ×
-// backoffMultiplier^(n-1), maxBackoff), ± 20 %. A server's
-// grpc-retry-pushback-ms replaces the wait, as in grpc-go. What differs:
+// backoffMultiplier^(n-1), maxBackoff), ± 20 % (also with an
+// initialBackoff above maxBackoff and a multiplier below 1). A server's
+// grpc-retry-pushback-ms replaces the wait, however long, as in grpc-go;
+// a trailer with several values is not retried. What differs:
 // after a pushback, grpc-go starts its schedule again from
-// initialBackoff, the chain's retry goes on where it was; a retryable
+// initialBackoff, the chain's retry goes on where it was; a wait that
+// would outlive the call's deadline ends the call at once with
+// DeadlineExceeded, where grpc-go waits for the deadline; a retryable
 // ResourceExhausted without a pushback is not retried (an
 // overloaded server, a quota or a size limit would refuse it again; see
 // [DefaultClassify]); a code not listed as retryable is classified as

@@ -539,26 +539,6 @@ func (e *exact) NextBackOff() time.Duration {
 
 func (e *exact) Reset() { e.next = e.initial }
 
-// shrinking is gRPC's schedule when it starts above its cap: the wait
-// before retry n is min(initial × multiplier^(n-1), max), the product
-// kept unclipped, as grpc-go computes it (backoff/v4 clips first, then
-// multiplies); jittered from math/rand/v2 when jitter is set.
-type shrinking struct {
-	initial, next, multiplier, jitter float64
-	max                               time.Duration
-}
-
-func (s *shrinking) NextBackOff() time.Duration {
-	d := time.Duration(min(s.next, float64(s.max)))
-	s.next *= s.multiplier
-	if s.jitter > 0 && d > 0 {
-		d = jittered(d, s.jitter, rand.Float64())
-	}
-	return d
-}
-
-func (s *shrinking) Reset() { s.next = s.initial }
-
 func (p *Policy) retryable(ctx context.Context, err error) bool {
 	if ctx.Err() != nil {
 		return false

@@ -3,6 +3,7 @@ package retry
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -110,3 +111,23 @@ func ExponentialBy(initial, max time.Duration, multiplier float64) Option {
 		c.initial, c.max, c.multiplier, c.schedule = initial, max, multiplier, "Exponential"
 	})
 }
+
+// shrinking is gRPC's schedule when it starts above its cap: the wait
+// before retry n is min(initial × multiplier^(n-1), max), the product
+// kept unclipped, as grpc-go computes it (backoff/v4 clips first, then
+// multiplies); jittered from math/rand/v2 when jitter is set.
+type shrinking struct {
+	initial, next, multiplier, jitter float64
+	max                               time.Duration
+}
+
+func (s *shrinking) NextBackOff() time.Duration {
+	d := time.Duration(min(s.next, float64(s.max)))
+	s.next *= s.multiplier
+	if s.jitter > 0 && d > 0 {
+		d = jittered(d, s.jitter, rand.Float64())
+	}
+	return d
+}
+
+func (s *shrinking) Reset() { s.next = s.initial }
