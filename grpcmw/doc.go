@@ -41,9 +41,9 @@
 // constants), or declare all with [AllIdempotent], or mark one call with
 // [WithIdempotency]. A server's grpc-retry-pushback-ms trailer replaces the
 // backoff wait (negative, or several values: do not retry, as in grpc-go).
-// [WithMaxAttempts] lowers the attempts of one call. Before a wait, the retry asks the breakers whether
-// the next attempt could be admitted when it ends, and gives up at once if
-// not.
+// [WithMaxAttempts] lowers the attempts of one call. Before a wait, the
+// retry asks the breakers whether the next attempt could be admitted when
+// it ends, and gives up at once if not.
 //
 // Attempts of a unary call may run at once only for an idempotent method
 // (under a hedge, or a policy of your own): an attempt alone in flight
