@@ -122,6 +122,9 @@ func (c *Chain) runRetry(ctx context.Context, i int, f frame, call func(context.
 	}
 	err := s.next(c, ctx, i+1, f, call)
 	if err == nil {
+		if s.rx.Succeeded != nil {
+			s.rx.Succeeded() // the retry's throttle: a call that succeeded
+		}
 		return nil
 	}
 	var reserve time.Duration

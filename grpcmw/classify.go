@@ -86,10 +86,13 @@ func (cfg *config) outcome(callerCtx context.Context, cc *grpc.ClientConn, req a
 	if !mayRetry {
 		return retry.Permanent(err)
 	}
-	if v := trailer.Get(pushbackKey); len(v) > 0 {
+	if v := trailer.Get(pushbackKey); len(v) == 1 {
 		// gRFC A6: negative or malformed means do not retry; a number too
 		// large for a Duration waits longer than any MaxPushback.
 		return retry.WithPushback(err, adapter.PushbackMs(v[0]))
+	} else if len(v) > 1 {
+		// Several values: grpc-go does not retry.
+		return retry.WithPushback(err, -1)
 	}
 	if code == codes.ResourceExhausted {
 		// Overload, a quota or a size limit: retried only when the server
@@ -149,7 +152,7 @@ func (e *statusError) Unwrap() error              { return e.err }
 // toStatus is the package's toStatus, with the code a rejection before
 // any attempt carries replaced by RejectionCode's.
 func (cfg *config) toStatus(callerCtx context.Context, err, answer error) error {
-	out := toStatus(callerCtx, err, answer)
+	out := cfg.gaveUp(err, toStatus(callerCtx, err, answer))
 	if cfg.rejectionCode == nil || out == nil || callerCtx.Err() != nil {
 		return out
 	}
@@ -157,6 +160,19 @@ func (cfg *config) toStatus(callerCtx context.Context, err, answer error) error 
 		return &statusError{status.New(*cfg.rejectionCode, err.Error()), err}
 	}
 	return out
+}
+
+// gaveUp returns out, the status of err, or, for the interceptors of a
+// service config, DeadlineExceeded when err is a retry that gave up
+// because its wait would outlive the deadline: grpc-go waits, and its
+// caller gets DeadlineExceeded at the deadline; this caller gets it at
+// once.
+func (cfg *config) gaveUp(err, out error) error {
+	var ex *retry.ExhaustedError
+	if !cfg.deadlineCode || out == nil || !errors.As(err, &ex) || ex.Reason != retry.ReasonDeadline {
+		return out
+	}
+	return &statusError{status.New(codes.DeadlineExceeded, err.Error()), err}
 }
 
 // toStatus maps the chain's result to what a gRPC caller expects. answer

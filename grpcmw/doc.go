@@ -40,10 +40,10 @@
 // ("/package.Service/Method", as in the generated *_FullMethodName
 // constants), or declare all with [AllIdempotent], or mark one call with
 // [WithIdempotency]. A server's grpc-retry-pushback-ms trailer replaces the
-// backoff wait (negative: do not retry). [WithMaxAttempts] lowers the
-// attempts of one call. Before a wait, the retry asks the breakers whether
-// the next attempt could be admitted when it ends, and gives up at once if
-// not.
+// backoff wait (negative, or several values: do not retry, as in grpc-go).
+// [WithMaxAttempts] lowers the attempts of one call. Before a wait, the
+// retry asks the breakers whether the next attempt could be admitted when
+// it ends, and gives up at once if not.
 //
 // Attempts of a unary call may run at once only for an idempotent method
 // (under a hedge, or a policy of your own): an attempt alone in flight

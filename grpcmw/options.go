@@ -47,6 +47,13 @@ type config struct {
 	tel              *telemetry.T // nil without Metrics and Logger
 	source           keyed.Source[*prepared]
 	endpoints        *EndpointHealth // Endpoints
+	// deadlineCode: a retry that gave up because its wait would outlive
+	// the deadline ends DeadlineExceeded, as grpc-go's would at the
+	// deadline (FromServiceConfig).
+	deadlineCode bool
+	// succeeded, if not nil, is told of each call that succeeded (a
+	// stream: at its clean end): a service config's retry throttle.
+	succeeded func()
 }
 
 // Idempotent declares methods safe to retry, by full name:

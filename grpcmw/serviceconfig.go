@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/callguard/callguard/chain"
+	"github.com/callguard/callguard/internal/bridge"
 	"github.com/callguard/callguard/retry"
 	"github.com/callguard/callguard/timeout"
 	"google.golang.org/grpc"
@@ -30,7 +32,10 @@ const serviceConfigMaxAttempts = 5
 // backoffMultiplier; retryableStatusCodes), and retryThrottling
 // (maxTokens, tokenRatio) is one retry.Throttle for every method, as
 // grpc-go keeps one per ClientConn: use the interceptors for one
-// connection. A name with a method matches that method, one with only a
+// connection. As grpc-go's, it is charged by the retryable failures of
+// the methods with a retryPolicy and credited by every call through the
+// interceptors that succeeds, whatever its method (a stream at its clean
+// end). A name with a method matches that method, one with only a
 // service every method of it, an empty name every method; the most
 // specific wins, as in grpc-go. A method no methodConfig names is passed
 // through. The methods a retryPolicy names are retried whether or not
@@ -38,10 +43,14 @@ const serviceConfigMaxAttempts = 5
 // service's own word that they may be.
 //
 // The waits are grpc-go's: before retry n, min(initialBackoff ×
-// backoffMultiplier^(n-1), maxBackoff), ± 20 %. A server's
-// grpc-retry-pushback-ms replaces the wait, as in grpc-go. What differs:
+// backoffMultiplier^(n-1), maxBackoff), ± 20 % (also with an
+// initialBackoff above maxBackoff and a multiplier below 1). A server's
+// grpc-retry-pushback-ms replaces the wait, however long, as in grpc-go;
+// a trailer with several values is not retried. What differs:
 // after a pushback, grpc-go starts its schedule again from
-// initialBackoff, the chain's retry goes on where it was; a retryable
+// initialBackoff, the chain's retry goes on where it was; a wait that
+// would outlive the call's deadline ends the call at once with
+// DeadlineExceeded, where grpc-go waits for the deadline; a retryable
 // ResourceExhausted without a pushback is not retried (an
 // overloaded server, a quota or a size limit would refuse it again; see
 // [DefaultClassify]); a code not listed as retryable is classified as
@@ -64,10 +73,12 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		return nil, fmt.Errorf("grpcmw: FromServiceConfig: %w", err)
 	}
 	var th *retry.Throttle
+	var credit func()
 	if t := sc.RetryThrottling; t != nil {
 		if th, err = retry.NewThrottle(t.MaxTokens, t.TokenRatio); err != nil {
 			return nil, fmt.Errorf("grpcmw: FromServiceConfig: retryThrottling: %w", err)
 		}
+		credit = bridge.ThrottleOwn(th)
 	}
 	chains := map[string]*chain.Chain{} // by name key: "service/method", "service/", ""
 	retryable := map[codes.Code]bool{}
@@ -124,6 +135,12 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 			return
 		}
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
+		c.deadlineCode = true
+		if th != nil {
+			// grpc-go credits the connection's throttle with every
+			// successful RPC, whatever the method.
+			c.succeeded = credit
+		}
 	}))
 	return NewInterceptors(nil, opts...)
 }
@@ -283,16 +300,25 @@ func (rp *retryPolicyJSON) policy(th *retry.Throttle, src rand.Source) (*retry.P
 	}
 	// grpc-go's wait before retry n is min(initialBackoff ×
 	// backoffMultiplier^(n-1), maxBackoff), ± 20 % (its stream.go): the
-	// retry's own schedule and default jitter.
+	// retry's own schedule, which keeps an initialBackoff above
+	// maxBackoff with a multiplier below 1 (the product shrinks to below
+	// maxBackoff later), and default jitter. With a multiplier of 1 or
+	// more, every wait of such a schedule is maxBackoff.
+	if rp.BackoffMultiplier >= 1 {
+		initial = min(initial, maxB)
+	}
 	set := map[codes.Code]bool{}
 	for _, c := range rp.RetryableStatusCodes {
 		set[c] = true
 	}
 	opts := []retry.Option{
 		retry.MaxAttempts(min(rp.MaxAttempts, serviceConfigMaxAttempts)),
-		retry.ExponentialBy(min(initial, maxB), maxB, rp.BackoffMultiplier),
+		retry.ExponentialBy(initial, maxB, rp.BackoffMultiplier),
 		retry.Jitter(0.2),
 		retry.RetryIf(func(err error) bool { return set[status.Code(err)] }),
+		// grpc-go waits a pushback of any length; the caller's deadline
+		// ends it.
+		retry.MaxPushback(math.MaxInt64),
 	}
 	if th != nil {
 		opts = append(opts, retry.WithThrottle(th))

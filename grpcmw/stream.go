@@ -47,7 +47,7 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 			s.deadline = time.Now().Add(overall)
 		}
 		if err = s.establish(); err != nil {
-			err = toStatus(ctx, err, s.answer)
+			err = cfg.gaveUp(err, toStatus(ctx, err, s.answer))
 			// Not established: the caller's span says why, as for a
 			// unary call (an established stream's outcome is its last
 			// attempt's span's).
@@ -217,7 +217,7 @@ func (s *stream) RecvMsg(m any) error {
 	if s.received || !s.closedSend || s.overflow || !s.idempotent || s.plan.retry == nil || s.committed.Load() {
 		err = s.timedOut(a, err)
 		s.finishLocked(err)
-		return toStatus(s.ctx, err, s.answer)
+		return s.cfg.gaveUp(err, toStatus(s.ctx, err, s.answer))
 	}
 	// Before the first response, with everything sent: retry.
 	return s.retryLocked(a, err, m)

@@ -78,7 +78,7 @@ func (s *stream) retryLocked(a *attempt, err error, m any) error {
 		return io.EOF
 	}
 	s.finishLocked(err)
-	return toStatus(s.ctx, err, s.answer)
+	return s.cfg.gaveUp(err, toStatus(s.ctx, err, s.answer))
 }
 
 // unlockedRetry runs retry, which must not hold s.mu (it waits), with the

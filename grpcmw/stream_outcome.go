@@ -228,6 +228,9 @@ func (s *stream) finishLocked(err error) {
 	if s.cur != nil {
 		s.endLocked(s.cur, err)
 	}
+	if err == nil && s.cfg.succeeded != nil {
+		s.cfg.succeeded()
+	}
 }
 
 // creationCut is the error of a stream attempt whose creation the chain's

@@ -80,6 +80,9 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		attempts, _, _ := u.call.Close()
 		err = u.settle(err)
 		err = cfg.toStatus(ctx, err, u.answer)
+		if err == nil && cfg.succeeded != nil {
+			cfg.succeeded()
+		}
 		if cfg.tel != nil || cfg.tracing != nil {
 			outcome := telemetry.Classify(ctx, err)
 			cfg.tel.Call(key, method, outcome, attempts)

@@ -10,6 +10,11 @@ func init() {
 		}
 		return b.ratio, b.perSecond, 100*b.ratio + b.perSecond, true
 	}
+	bridge.ThrottleOwn = func(t any) func() {
+		th := t.(*Throttle)
+		th.owned = true
+		return th.credit
+	}
 	bridge.RetryOf = func(p any) *bridge.Retry {
 		q := p.(*Policy)
 		if q.x.DoUntil == nil { // the zero Policy
@@ -28,6 +33,9 @@ func (p *Policy) bridged() bridge.Retry {
 		Retries: p.counts, BudgetTokens: p.budgetTokens}
 	if p.budget != nil {
 		x.Deposit = p.budget.deposit
+	}
+	if p.throttle != nil {
+		x.Succeeded = p.throttle.succeeded
 	}
 	return x
 }

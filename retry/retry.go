@@ -497,6 +497,13 @@ func admitAt(err error) time.Time {
 // and a draw thrown away there would still move the draws of everything
 // else that seeds that source.
 func (p *Policy) schedule() backoff.BackOff {
+	if p.initial > p.max { // ExponentialBy with a multiplier below 1
+		s := &shrinking{initial: float64(p.initial), next: float64(p.initial), max: p.max, multiplier: p.multiplier}
+		if p.rnd == nil {
+			s.jitter = p.jitter // p.rnd jitters the waits in again
+		}
+		return s
+	}
 	if p.rnd != nil || p.jitter == 0 {
 		return &exact{initial: p.initial, next: p.initial, multiplier: p.multiplier, max: p.max}
 	}

@@ -3,6 +3,7 @@ package retry
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -22,14 +23,21 @@ import (
 // outage it allows none past the first maxTokens / 2 failures.
 type Throttle struct {
 	max, ratio float64
+	// owned: the calls' successes are credited by the throttle's owner
+	// (bridge.ThrottleOwn: the interceptors of a service config credit
+	// every successful RPC of the connection, as grpc-go does), not by
+	// the retries.
+	owned bool
 
 	mu     sync.Mutex
 	tokens float64
 }
 
 // NewThrottle returns a throttle of maxTokens, in (0, 1000], and
-// tokenRatio, > 0 (gRPC's bounds; grpc-go rounds tokenRatio to 3
-// decimal places, and so does NewThrottle).
+// tokenRatio, > 0 (gRPC's bounds). tokenRatio is kept as given, as
+// grpc-go keeps a service config's: a small one, such as 0.0004, is not
+// rounded to 0 (gRFC A6 mentions 3 decimal places; grpc-go does not
+// round).
 func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
 	switch {
 	case !(maxTokens > 0 && maxTokens <= 1000):
@@ -37,7 +45,7 @@ func NewThrottle(maxTokens, tokenRatio float64) (*Throttle, error) {
 	case !(tokenRatio > 0) || math.IsInf(tokenRatio, 1):
 		return nil, fmt.Errorf("retry: NewThrottle tokenRatio = %v: must be a finite number > 0", tokenRatio)
 	}
-	return &Throttle{max: maxTokens, ratio: math.Round(tokenRatio*1000) / 1000, tokens: maxTokens}, nil
+	return &Throttle{max: maxTokens, ratio: tokenRatio, tokens: maxTokens}, nil
 }
 
 // failed takes a token for a retryable failure, and says whether the
@@ -49,8 +57,15 @@ func (t *Throttle) failed() bool {
 	return t.tokens <= t.max/2
 }
 
-// succeeded gives back a call's success.
+// succeeded gives back a call's success, unless the throttle is owned.
 func (t *Throttle) succeeded() {
+	if !t.owned {
+		t.credit()
+	}
+}
+
+// credit gives back a call's success.
+func (t *Throttle) credit() {
 	t.mu.Lock()
 	t.tokens = min(t.max, t.tokens+t.ratio)
 	t.mu.Unlock()
@@ -76,17 +91,43 @@ func WithThrottle(t *Throttle) Option {
 // ExponentialBy waits initial, then multiplier times as long after each
 // failure, up to max: gRPC's retryPolicy schedule (initialBackoff,
 // backoffMultiplier, maxBackoff; a multiplier below 1 shrinks the waits).
-// Exponential is ExponentialBy with multiplier 2.
+// The wait before retry n is min(initial × multiplier^(n-1), max), as in
+// grpc-go: with a multiplier below 1, initial may exceed max, and the
+// waits are max until initial × multiplier^(n-1) falls below it (100 ms,
+// 20 ms, ×0.1: 20, 10, 1 ms). Exponential is ExponentialBy with
+// multiplier 2.
 func ExponentialBy(initial, max time.Duration, multiplier float64) Option {
 	return optionFunc(func(c *config) {
 		switch {
 		case initial < 0:
 			bad(c, "ExponentialBy(%v, %v, %v): initial must be >= 0", initial, max, multiplier)
-		case max < initial:
-			bad(c, "ExponentialBy(%v, %v, %v): max must be >= initial", initial, max, multiplier)
+		case max < initial && multiplier >= 1:
+			bad(c, "ExponentialBy(%v, %v, %v): max must be >= initial (or the multiplier below 1)", initial, max, multiplier)
+		case max < 0:
+			bad(c, "ExponentialBy(%v, %v, %v): max must be >= 0", initial, max, multiplier)
 		case !(multiplier > 0) || math.IsInf(multiplier, 1):
 			bad(c, "ExponentialBy(%v, %v, %v): multiplier must be a finite number > 0", initial, max, multiplier)
 		}
 		c.initial, c.max, c.multiplier, c.schedule = initial, max, multiplier, "Exponential"
 	})
 }
+
+// shrinking is gRPC's schedule when it starts above its cap: the wait
+// before retry n is min(initial × multiplier^(n-1), max), the product
+// kept unclipped, as grpc-go computes it (backoff/v4 clips first, then
+// multiplies); jittered from math/rand/v2 when jitter is set.
+type shrinking struct {
+	initial, next, multiplier, jitter float64
+	max                               time.Duration
+}
+
+func (s *shrinking) NextBackOff() time.Duration {
+	d := time.Duration(min(s.next, float64(s.max)))
+	s.next *= s.multiplier
+	if s.jitter > 0 && d > 0 {
+		d = jittered(d, s.jitter, rand.Float64())
+	}
+	return d
+}
+
+func (s *shrinking) Reset() { s.next = s.initial }

@@ -100,3 +100,49 @@ func TestExponentialBy(t *testing.T) {
 		t.Errorf("waits %v, want %v", got, want)
 	}
 }
+
+// TestExponentialByShrinking: gRPC's schedule starting above its cap,
+// initialBackoff 100 ms ×0.1 up to 20 ms: min(100 ms × 0.1ⁿ, 20 ms), 20,
+// 10, 1, 0.1 ms, as grpc-go waits (not clipped first, then multiplied:
+// 20, 2, 0.2 ms).
+func TestExponentialByShrinking(t *testing.T) {
+	p, err := retry.New(retry.MaxAttempts(5), retry.ExponentialBy(100*time.Millisecond, 20*time.Millisecond, 0.1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []time.Duration{20 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, 100 * time.Microsecond}
+	if got := bridge.RetryOf(p).Waits(); !slices.Equal(got, want) {
+		t.Errorf("waits %v, want %v", got, want)
+	}
+	if _, err := retry.New(retry.ExponentialBy(time.Second, time.Millisecond, 2)); err == nil {
+		t.Error("ExponentialBy(1s, 1ms, 2): no error, want one (max below initial, growing)")
+	}
+}
+
+// TestThrottleSmallRatio: tokenRatio is kept as given, as grpc-go keeps it
+// (its retryThrottler adds the service config's ratio unrounded): with
+// maxTokens 10 and tokenRatio 0.0004, 6 failures leave 4 tokens, and
+// 20,000 successes give back 8, up to 10.
+func TestThrottleSmallRatio(t *testing.T) {
+	th, err := retry.NewThrottle(10, 0.0004)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := retry.New(retry.MaxAttempts(2), retry.Constant(0), retry.WithThrottle(th))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail := errors.New("unavailable")
+	for range 4 { // 2 failures, 2, then 1 each (throttled)
+		_ = p.Do(context.Background(), func(context.Context) error { return fail })
+	}
+	if got := th.Tokens(); got != 4 {
+		t.Fatalf("after 6 failures: %v tokens, want 4", got)
+	}
+	for range 20000 {
+		_ = p.Do(context.Background(), func(context.Context) error { return nil })
+	}
+	if got := th.Tokens(); got != 10 {
+		t.Errorf("after 20,000 successes: %v tokens, want 10 (grpc-go's)", got)
+	}
+}

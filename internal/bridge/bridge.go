@@ -87,6 +87,11 @@ var (
 	// retries per call, its retries per second and its starting tokens
 	// (ok false without a budget).
 	RetryBudget func(p any) (ratio, perSecond, burst float64, ok bool)
+	// ThrottleOwn makes t, a *retry.Throttle not yet in use, credited by
+	// its owner only, with the func it returns, and no longer by the
+	// retries given it: grpc-go credits its connection's throttle with
+	// every successful RPC, whatever the method and its retry.
+	ThrottleOwn func(t any) (credit func())
 )
 
 // Set by package limit.

@@ -112,7 +112,8 @@ type Retry struct {
 	// makes the first attempt itself, after Deposit, so that the success
 	// path passes no function to the retry (which, through a func value,
 	// would escape to the heap); a stream's first attempt is its creation.
-	// Deposit, then the first call, then Continue, is DoUntil.
+	// Deposit, then the first call, then Continue (Succeeded on a
+	// success), is DoUntil.
 	Continue func(ctx context.Context, deadline time.Time, reserve time.Duration, err error, call func(context.Context) error) error
 	// Fit: the policy plans its waits against the deadline (FitDeadline),
 	// so the chain passes it the reserve.
@@ -120,6 +121,11 @@ type Retry struct {
 	// Deposit credits the retry budget with a new call (nil without a
 	// budget).
 	Deposit func()
+	// Succeeded credits the retry throttle with a call that succeeded at
+	// its first attempt, made outside the policy (nil without a throttle):
+	// Deposit, the first call, then Succeeded on success, or Continue on
+	// failure, is DoUntil.
+	Succeeded func()
 	// Waits returns the nominal waits between attempts (without jitter
 	// or pushback).
 	Waits    func() []time.Duration

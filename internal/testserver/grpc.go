@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ type GRPCAnswer struct {
 	Message    string        // the status message of a failure ("testserver: <code>" if empty)
 	Delay      time.Duration // before answering (a stream: before each message)
 	Hang       bool          // until the client gives up
-	PushbackMs string        // a grpc-retry-pushback-ms trailer
+	PushbackMs string        // a grpc-retry-pushback-ms trailer ("1,2": one value each)
 	Messages   int           // a stream: messages to send (0: 3)
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
@@ -132,7 +133,11 @@ func (h *health) answer(ctx context.Context, method string) (GRPCAnswer, error) 
 		return a, status.FromContextError(ctx.Err()).Err()
 	}
 	if a.PushbackMs != "" {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", a.PushbackMs))
+		md := metadata.MD{}
+		for _, v := range strings.Split(a.PushbackMs, ",") {
+			md.Append("grpc-retry-pushback-ms", v)
+		}
+		_ = grpc.SetTrailer(ctx, md)
 	}
 	return a, nil
 }
