@@ -234,7 +234,7 @@ func (s *stream) beginLocked(recv bool, gated []permit, permits []breaker.Permit
 	if tr := s.cfg.tracing; tr != nil {
 		// The attempt's span lives until its outcome is reported (see
 		// releaseLocked); beneath it, otelgrpc's client span of the stream.
-		a.ctx, a.end = tr.Attempt(a.ctx, s.method, s.attempts, true)
+		a.ctx, a.end = tr.Attempt(a.ctx, s.method, 0, s.attempts, true)
 	}
 	// The chain's timeout bounds the streamer, which can block (waiting for
 	// a connection, grpc.WaitForReady), as it bounds a unary call.

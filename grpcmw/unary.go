@@ -85,7 +85,7 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		}
 		if cfg.tel != nil || cfg.tracing != nil {
 			outcome := telemetry.Classify(ctx, err)
-			cfg.tel.Call(key, method, outcome, attempts)
+			cfg.tel.Call(key, method, 0, outcome, attempts)
 			cfg.tracing.Ended(ctx, outcome, attempts, err)
 		}
 		return err
@@ -157,7 +157,7 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	defer a.Finish()
 	if tr := u.cfg.tracing; tr != nil {
 		var end func(error)
-		ctx, end = tr.Attempt(ctx, u.method, a.N, a.Alone)
+		ctx, end = tr.Attempt(ctx, u.method, 0, a.N, a.Alone)
 		defer func() { end(err) }()
 	}
 	reply, opts, trailer := u.reply, u.opts, &u.trailer

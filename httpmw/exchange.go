@@ -17,6 +17,7 @@ import (
 	"github.com/callguard/callguard/internal/attempt"
 	"github.com/callguard/callguard/internal/deferred"
 	"github.com/callguard/callguard/internal/hold"
+	"github.com/callguard/callguard/internal/telemetry"
 	"github.com/callguard/callguard/retry"
 )
 
@@ -93,7 +94,7 @@ func (x *exchange) attempt(actx context.Context) (err error) {
 	defer a.Finish()
 	if tr := x.t.cfg.tracing; tr != nil {
 		var end func(error)
-		actx, end = tr.Attempt(actx, x.req.URL.Host, a.N, a.Alone)
+		actx, end = tr.Attempt(actx, x.req.URL.Host, telemetry.DefaultPort(x.req.URL.Scheme), a.N, a.Alone)
 		defer func() { end(err) }()
 	}
 	if a.N > 1 && !replayable(x.req) {

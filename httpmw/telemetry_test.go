@@ -88,16 +88,16 @@ func TestMetricsAndLogs(t *testing.T) {
 	get() // 3 attempts, all failed (the breaker opens on the third)
 	get() // rejected before any attempt
 	m := metrics(t, reader)
-	host := attribute.String("server.address", "catalog.test")
+	host, port := attribute.String("server.address", "catalog.test"), attribute.Int("server.port", 80)
 	key := attribute.String("callguard.key", "")
 	cl := attribute.String("callguard.client", "catalog-client")
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 1, "rejected": 1} {
-		if got := m["callguard.calls"][set(cl, key, host, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.calls"][set(cl, key, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.calls{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 3, "rejected": 0} { // the rejected call made none
-		if got := m["callguard.attempts"][set(cl, key, host, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.attempts"][set(cl, key, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.attempts{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}

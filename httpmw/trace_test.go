@@ -67,7 +67,7 @@ func TestTracing(t *testing.T) {
 			t.Errorf("attempt %d: parent %v, want the caller's span %v", i+1, a.Parent().SpanID(), retried.SpanContext().SpanID())
 		}
 		attrs := attrMap(a.Attributes())
-		if attrs["callguard.attempt"] != int64(i+1) || attrs["server.address"] != "catalog.test" {
+		if attrs["callguard.attempt"] != int64(i+1) || attrs["server.address"] != "catalog.test" || attrs["server.port"] != int64(80) {
 			t.Errorf("attempt %d: attributes %v", i+1, attrs)
 		}
 		if resend, ok := attrs["http.request.resend_count"]; (i == 0) == ok || (ok && resend != int64(1)) {

@@ -205,7 +205,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.roundTrip(req, p, &attempts)
 	if t.tel != nil || t.cfg.tracing != nil {
 		outcome := t.outcome(req, resp, err)
-		t.tel.Call(key, req.URL.Host, outcome, attempts)
+		t.tel.Call(key, req.URL.Host, telemetry.DefaultPort(req.URL.Scheme), outcome, attempts)
 		t.cfg.tracing.Ended(req.Context(), outcome, attempts, err)
 	}
 	return resp, err

@@ -83,6 +83,7 @@ type T struct {
 
 type callKey struct {
 	key, target string
+	port        int // the target's default port (HTTP: its scheme's), for a host without one
 	outcome     Outcome
 }
 
@@ -256,13 +257,14 @@ func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.
 	}
 }
 
-// Call counts a call of key to target (a method or a host) that ended
-// with outcome after attempts attempts.
-func (t *T) Call(key, target string, outcome Outcome, attempts int) {
+// Call counts a call of key to target (a method, or a URL's host: its
+// host and its port, or defaultPort without one, are server.address and
+// server.port) that ended with outcome after attempts attempts.
+func (t *T) Call(key, target string, defaultPort int, outcome Outcome, attempts int) {
 	if t == nil || t.calls == nil {
 		return
 	}
-	k := callKey{key, target, outcome}
+	k := callKey{key, target, defaultPort, outcome}
 	t.mu.RLock()
 	opt, ok := t.sets[k]
 	full := len(t.sets) >= maxSets
@@ -271,7 +273,7 @@ func (t *T) Call(key, target string, outcome Outcome, attempts int) {
 		// Past the bound (hosts chosen by whoever sends requests, keys a
 		// keyed set has long evicted): no new series; the key and the
 		// target are folded into "(other)".
-		k.key, k.target = "(other)", "(other)"
+		k.key, k.target, k.port = "(other)", "(other)", 0
 		t.mu.RLock()
 		opt, ok = t.sets[k]
 		t.mu.RUnlock()
@@ -279,12 +281,9 @@ func (t *T) Call(key, target string, outcome Outcome, attempts int) {
 	if !ok {
 		t.mu.Lock()
 		if opt, ok = t.sets[k]; !ok {
-			opt = &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(
-				t.client,
-				attribute.String("callguard.key", k.key),
-				attribute.String(t.targetAttr, k.target),
-				attribute.String("callguard.outcome", string(outcome)),
-			))}
+			attrs := targetAttrs([]attribute.KeyValue{t.client, attribute.String("callguard.key", k.key)}, t.targetAttr, k.target, k.port)
+			attrs = append(attrs, attribute.String("callguard.outcome", string(outcome)))
+			opt = &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...))}
 			if t.sets == nil {
 				t.sets = map[callKey]*callCount{}
 			}

@@ -21,13 +21,13 @@ func TestSeriesBounded(t *testing.T) {
 	}
 	const calls = maxSets + 1000
 	for i := range calls {
-		tel.Call(fmt.Sprint("key", i), fmt.Sprint("host", i, ".test"), OK, 1)
+		tel.Call(fmt.Sprint("key", i), fmt.Sprint("host", i, ".test"), 80, OK, 1)
 	}
 	var total int64
 	for _, c := range tel.sets {
 		total += c.n.Load()
 	}
-	other := tel.sets[callKey{"(other)", "(other)", OK}]
+	other := tel.sets[callKey{"(other)", "(other)", 0, OK}]
 	if len(tel.sets) > maxSets+1 || total != calls || other == nil || other.n.Load() != calls-maxSets {
 		t.Errorf("%d attribute sets for %d calls (%d counted, %v under (other)); want at most %d sets, every call counted", len(tel.sets), calls, total, other, maxSets+1)
 	}

@@ -29,12 +29,14 @@ func NewTracing(tp trace.TracerProvider, targetAttr, resendAttr string) *Tracing
 	return &Tracing{tracer: tp.Tracer(ScopeName), targetAttr: targetAttr, resendAttr: resendAttr}
 }
 
-// Attempt starts the span of attempt n (from 1) of a call to target; alone
+// Attempt starts the span of attempt n (from 1) of a call to target (a
+// method, or a URL's host: server.address and server.port, defaultPort
+// for a host without one, as in [T.Call]); alone
 // is false for an attempt started beside another (a hedge). The attempt
 // after the first is an event on the caller's span first: callguard.retry,
 // or callguard.hedge. end ends the span with the attempt's error, failed
 // (an error the chain judges a failure, a failing status) or not.
-func (tr *Tracing) Attempt(ctx context.Context, target string, n int, alone bool) (context.Context, func(err error)) {
+func (tr *Tracing) Attempt(ctx context.Context, target string, defaultPort, n int, alone bool) (context.Context, func(err error)) {
 	if tr == nil {
 		return ctx, func(error) {}
 	}
@@ -46,7 +48,8 @@ func (tr *Tracing) Attempt(ctx context.Context, target string, n int, alone bool
 		}
 		trace.SpanFromContext(ctx).AddEvent(name, trace.WithAttributes(attempt))
 	}
-	attrs := []attribute.KeyValue{attempt, attribute.String(tr.targetAttr, target), attribute.Bool("callguard.hedge", !alone)}
+	attrs := targetAttrs(make([]attribute.KeyValue, 0, 5), tr.targetAttr, target, defaultPort)
+	attrs = append(attrs, attempt, attribute.Bool("callguard.hedge", !alone))
 	if n > 1 {
 		attrs = append(attrs, attribute.Int(tr.resendAttr, n-1))
 	}
