@@ -169,12 +169,12 @@ func Example_firstProgram() {
 	// grpc healthy: <nil>
 	// grpc stopped: the breaker opened after 3 calls; the next fails fast (true): true
 	// grpc restarted: 3 of 3 calls ok
-	// level=WARN msg="callguard: breaker open" client=catalog-http adapter=httpmw breaker="" from=closed to=open
-	// level=INFO msg="callguard: breaker half-open" client=catalog-http adapter=httpmw breaker="" from=open to=half-open
-	// level=INFO msg="callguard: breaker closed" client=catalog-http adapter=httpmw breaker="" from=half-open to=closed
-	// level=WARN msg="callguard: breaker open" client=catalog-grpc adapter=grpcmw breaker="" from=closed to=open
-	// level=INFO msg="callguard: breaker half-open" client=catalog-grpc adapter=grpcmw breaker="" from=open to=half-open
-	// level=INFO msg="callguard: breaker closed" client=catalog-grpc adapter=grpcmw breaker="" from=half-open to=closed
+	// level=WARN msg="callguard: breaker open" client=catalog-http adapter=httpmw from=closed to=open
+	// level=INFO msg="callguard: breaker half-open" client=catalog-http adapter=httpmw from=open to=half-open
+	// level=INFO msg="callguard: breaker closed" client=catalog-http adapter=httpmw from=half-open to=closed
+	// level=WARN msg="callguard: breaker open" client=catalog-grpc adapter=grpcmw from=closed to=open
+	// level=INFO msg="callguard: breaker half-open" client=catalog-grpc adapter=grpcmw from=open to=half-open
+	// level=INFO msg="callguard: breaker closed" client=catalog-grpc adapter=grpcmw from=half-open to=closed
 	// transitions: map[catalog-grpc to closed:1 catalog-grpc to half-open:1 catalog-grpc to open:1 catalog-http to closed:1 catalog-http to half-open:1 catalog-http to open:1]
 	// events on the callers' spans: map[GET / callguard.rejected:2 GET / callguard.retry:6 Health/Check callguard.rejected:2 Health/Check callguard.retry:6 callguard.attempt exception:20]
 }

@@ -58,10 +58,10 @@ func Example_prometheus() {
 		}
 	}
 	// Output:
-	// callguard_breaker_state{callguard_breaker_name="catalog",callguard_breaker_override="none",callguard_client="catalog-client",callguard_key="",callguard_policy_index="1"} 2
-	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="failed",server_address="catalog.test",server_port="80"} 1
-	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="ok",server_address="catalog.test",server_port="80"} 2
-	// callguard_calls_total{callguard_client="catalog-client",callguard_key="",callguard_outcome="rejected",server_address="catalog.test",server_port="80"} 1
+	// callguard_breaker_state{callguard_breaker_name="catalog",callguard_breaker_override="none",callguard_client="catalog-client",callguard_policy_index="1"} 2
+	// callguard_calls_total{callguard_client="catalog-client",callguard_outcome="failed",server_address="catalog.test",server_port="80"} 1
+	// callguard_calls_total{callguard_client="catalog-client",callguard_outcome="ok",server_address="catalog.test",server_port="80"} 2
+	// callguard_calls_total{callguard_client="catalog-client",callguard_outcome="rejected",server_address="catalog.test",server_port="80"} 1
 }
 
 // catalog answers 503 on /down, 200 otherwise.

@@ -89,15 +89,14 @@ func TestMetricsAndLogs(t *testing.T) {
 	get() // rejected before any attempt
 	m := metrics(t, reader)
 	host, port := attribute.String("server.address", "catalog.test"), attribute.Int("server.port", 80)
-	key := attribute.String("callguard.key", "")
 	cl := attribute.String("callguard.client", "catalog-client")
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 1, "rejected": 1} {
-		if got := m["callguard.calls"][set(cl, key, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.calls"][set(cl, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.calls{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
 	for outcome, want := range map[string]float64{"ok": 2, "failed": 3, "rejected": 0} { // the rejected call made none
-		if got := m["callguard.attempts"][set(cl, key, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
+		if got := m["callguard.attempts"][set(cl, host, port, attribute.String("callguard.outcome", outcome))]; got != want {
 			t.Errorf("callguard.attempts{outcome=%s} = %v, want %v", outcome, got, want)
 		}
 	}
@@ -107,20 +106,20 @@ func TestMetricsAndLogs(t *testing.T) {
 		attrs  attribute.Distinct
 		want   float64
 	}{
-		{"callguard.breaker.state", set(cl, key, name, idx, attribute.String("callguard.breaker.override", "none")), 2},
-		{"callguard.breaker.calls", set(cl, key, name, idx, attribute.String("callguard.outcome", "success")), 2},
-		{"callguard.breaker.calls", set(cl, key, name, idx, attribute.String("callguard.outcome", "failure")), 3},
-		{"callguard.breaker.rejections", set(cl, key, name, idx, attribute.String("callguard.reason", "open")), 1},
-		{"callguard.breaker.transitions", set(cl, key, name, attribute.String("callguard.from", "closed"), attribute.String("callguard.to", "open")), 1},
-		{"callguard.retry.retries", set(cl, key, attribute.Int("callguard.policy.index", 0)), 2},
-		{"callguard.timeout.value", set(cl, key, attribute.Int("callguard.policy.index", 2), attribute.Bool("callguard.timeout.adaptive", false)), 0.3},
+		{"callguard.breaker.state", set(cl, name, idx, attribute.String("callguard.breaker.override", "none")), 2},
+		{"callguard.breaker.calls", set(cl, name, idx, attribute.String("callguard.outcome", "success")), 2},
+		{"callguard.breaker.calls", set(cl, name, idx, attribute.String("callguard.outcome", "failure")), 3},
+		{"callguard.breaker.rejections", set(cl, name, idx, attribute.String("callguard.reason", "open")), 1},
+		{"callguard.breaker.transitions", set(cl, name, attribute.String("callguard.from", "closed"), attribute.String("callguard.to", "open")), 1},
+		{"callguard.retry.retries", set(cl, attribute.Int("callguard.policy.index", 0)), 2},
+		{"callguard.timeout.value", set(cl, attribute.Int("callguard.policy.index", 2), attribute.Bool("callguard.timeout.adaptive", false)), 0.3},
 	}
 	for _, c := range checks {
 		if got, ok := m[c.metric][c.attrs]; !ok || got != c.want {
 			t.Errorf("%s = %v (reported %t), want %v; all: %v", c.metric, got, ok, c.want, m[c.metric])
 		}
 	}
-	if !strings.Contains(logs.String(), `level=WARN msg="callguard: breaker open" client=catalog-client adapter=httpmw key="" breaker=catalog from=closed to=open`) {
+	if !strings.Contains(logs.String(), `level=WARN msg="callguard: breaker open" client=catalog-client adapter=httpmw breaker=catalog from=closed to=open`) {
 		t.Errorf("logs:\n%s\nwant the open at WARN", logs.String())
 	}
 }

@@ -40,7 +40,7 @@ func splitHostPort(target string, defaultPort int) (string, int) {
 // semantic conventions have them.
 func targetAttrs(attrs []attribute.KeyValue, attr, target string, defaultPort int) []attribute.KeyValue {
 	if attr != "server.address" {
-		return append(attrs, attribute.String(attr, target))
+		return nonEmpty(attrs, attr, target)
 	}
 	host, port := splitHostPort(target, defaultPort)
 	if host != "" {

@@ -222,7 +222,10 @@ func stateValue(s breaker.State) int64 {
 // observe reports the policies of chain c, key key, that are not in seen.
 func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.Chain, seen map[chain.Policy]bool, state, bcalls, rejections metric.Int64Observable,
 	tvalue metric.Float64Observable, retries, exhausted metric.Int64Observable, tokens metric.Float64Observable) {
-	keyAttr := attribute.String("callguard.key", key)
+	base := nonEmpty([]attribute.KeyValue{client}, "callguard.key", key)
+	with := func(attrs ...attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributes(append(base[:len(base):len(base)], attrs...)...)
+	}
 	for i, p := range adapter.Flatten(c) {
 		if seen[p] {
 			continue
@@ -231,27 +234,26 @@ func observe(o metric.Observer, client attribute.KeyValue, key string, c *chain.
 		policy := attribute.Int("callguard.policy.index", i)
 		switch v := p.(type) {
 		case *breaker.Breaker:
-			name := attribute.String("callguard.breaker.name", v.Settings().Name)
-			o.ObserveInt64(state, stateValue(v.State()), metric.WithAttributes(client, keyAttr, name, policy,
-				attribute.String("callguard.breaker.override", v.Override().String())))
+			named := nonEmpty([]attribute.KeyValue{policy}, "callguard.breaker.name", v.Settings().Name)
+			b := func(attr attribute.KeyValue) metric.MeasurementOption { return with(append(named, attr)...) }
+			o.ObserveInt64(state, stateValue(v.State()), b(attribute.String("callguard.breaker.override", v.Override().String())))
 			cn := v.Counts()
 			for outcome, n := range map[string]uint64{"success": cn.Successes, "failure": cn.Failures, "neutral": cn.Neutral, "slow": cn.SlowUnanswered} {
-				o.ObserveInt64(bcalls, int64(n), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.outcome", outcome)))
+				o.ObserveInt64(bcalls, int64(n), b(attribute.String("callguard.outcome", outcome)))
 			}
-			o.ObserveInt64(rejections, int64(cn.RejectedOpen), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.reason", "open")))
-			o.ObserveInt64(rejections, int64(cn.RejectedProbes), metric.WithAttributes(client, keyAttr, name, policy, attribute.String("callguard.reason", "probes")))
+			o.ObserveInt64(rejections, int64(cn.RejectedOpen), b(attribute.String("callguard.reason", "open")))
+			o.ObserveInt64(rejections, int64(cn.RejectedProbes), b(attribute.String("callguard.reason", "probes")))
 		case *timeout.Policy:
-			o.ObserveFloat64(tvalue, v.Timeout().Seconds(), metric.WithAttributes(client, keyAttr, policy,
-				attribute.Bool("callguard.timeout.adaptive", bridge.TimeoutOf(v).Adaptive)))
+			o.ObserveFloat64(tvalue, v.Timeout().Seconds(), with(policy, attribute.Bool("callguard.timeout.adaptive", bridge.TimeoutOf(v).Adaptive)))
 		case *retry.Policy:
 			x := bridge.RetryOf(v)
 			n, gaveUp := x.Retries()
-			o.ObserveInt64(retries, int64(n), metric.WithAttributes(client, keyAttr, policy))
+			o.ObserveInt64(retries, int64(n), with(policy))
 			for reason, m := range gaveUp {
-				o.ObserveInt64(exhausted, int64(m), metric.WithAttributes(client, keyAttr, policy, attribute.String("callguard.reason", reason)))
+				o.ObserveInt64(exhausted, int64(m), with(policy, attribute.String("callguard.reason", reason)))
 			}
 			if level, ok := x.BudgetTokens(); ok {
-				o.ObserveFloat64(tokens, level, metric.WithAttributes(client, keyAttr, policy))
+				o.ObserveFloat64(tokens, level, with(policy))
 			}
 		}
 	}
@@ -281,7 +283,7 @@ func (t *T) Call(key, target string, defaultPort int, outcome Outcome, attempts 
 	if !ok {
 		t.mu.Lock()
 		if opt, ok = t.sets[k]; !ok {
-			attrs := targetAttrs([]attribute.KeyValue{t.client, attribute.String("callguard.key", k.key)}, t.targetAttr, k.target, k.port)
+			attrs := targetAttrs(nonEmpty([]attribute.KeyValue{t.client}, "callguard.key", k.key), t.targetAttr, k.target, k.port)
 			attrs = append(attrs, attribute.String("callguard.outcome", string(outcome)))
 			opt = &callCount{attrs: metric.WithAttributeSet(attribute.NewSet(attrs...))}
 			if t.sets == nil {
@@ -304,9 +306,9 @@ func (t *T) Watcher(key string, fn func(breaker.StateChange)) func(breaker.State
 	}
 	return func(sc breaker.StateChange) {
 		if t.transitions != nil {
-			t.transitions.Add(context.Background(), 1, metric.WithAttributes(t.client,
-				attribute.String("callguard.key", key), attribute.String("callguard.breaker.name", sc.Name),
-				attribute.String("callguard.from", sc.From.String()), attribute.String("callguard.to", sc.To.String())))
+			attrs := nonEmpty(nonEmpty([]attribute.KeyValue{t.client}, "callguard.key", key), "callguard.breaker.name", sc.Name)
+			t.transitions.Add(context.Background(), 1, metric.WithAttributes(append(attrs,
+				attribute.String("callguard.from", sc.From.String()), attribute.String("callguard.to", sc.To.String()))...))
 		}
 		if t.log != nil {
 			level := slog.LevelInfo
@@ -314,7 +316,7 @@ func (t *T) Watcher(key string, fn func(breaker.StateChange)) func(breaker.State
 				level = slog.LevelWarn
 			}
 			t.log.Log(context.Background(), level, "callguard: breaker "+sc.To.String(),
-				"adapter", t.pkg, "key", key, "breaker", sc.Name, "from", sc.From.String(), "to", sc.To.String())
+				logArgs("adapter", t.pkg, "key", key, "breaker", sc.Name, "from", sc.From.String(), "to", sc.To.String())...)
 		}
 		if fn != nil {
 			fn(sc)
@@ -337,7 +339,7 @@ func (t *T) Built(key string, c *chain.Chain) {
 		if f.Severity == chain.SeverityWarning {
 			level = slog.LevelWarn
 		}
-		t.log.Log(context.Background(), level, "callguard: lint "+f.Code, "adapter", t.pkg, "key", key, "chain", c.String(), "finding", f.Message)
+		t.log.Log(context.Background(), level, "callguard: lint "+f.Code, logArgs("adapter", t.pkg, "key", key, "chain", c.String(), "finding", f.Message)...)
 	}
 }
 
@@ -352,10 +354,32 @@ func (t *T) Evicted(fn func(key string)) func(key string) {
 			t.evictions.Add(context.Background(), 1, metric.WithAttributes(t.client))
 		}
 		if t.log != nil {
-			t.log.Info("callguard: key evicted", "adapter", t.pkg, "key", key)
+			t.log.Info("callguard: key evicted", logArgs("adapter", t.pkg, "key", key)...)
 		}
 		if fn != nil {
 			fn(key)
 		}
 	}
+}
+
+// nonEmpty appends the attribute key=value to attrs, unless value is
+// empty: an attribute callguard has no value for (the key outside a keyed
+// set, the name of an unnamed breaker) is left out, not set to "".
+func nonEmpty(attrs []attribute.KeyValue, key, value string) []attribute.KeyValue {
+	if value == "" {
+		return attrs
+	}
+	return append(attrs, attribute.String(key, value))
+}
+
+// logArgs returns the key-value pairs kv of a log line without those whose
+// value is empty, as the attributes of the metrics.
+func logArgs(kv ...string) []any {
+	out := make([]any, 0, len(kv))
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			out = append(out, kv[i], kv[i+1])
+		}
+	}
+	return out
 }
