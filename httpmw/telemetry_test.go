@@ -112,6 +112,7 @@ func TestMetricsAndLogs(t *testing.T) {
 		{"callguard.breaker.rejections", set(cl, name, idx, attribute.String("callguard.reason", "open")), 1},
 		{"callguard.breaker.transitions", set(cl, name, attribute.String("callguard.from", "closed"), attribute.String("callguard.to", "open")), 1},
 		{"callguard.retry.retries", set(cl, attribute.Int("callguard.policy.index", 0)), 2},
+		{"callguard.retry.exhausted", set(cl, attribute.Int("callguard.policy.index", 0), attribute.String("callguard.reason", "attempts_exhausted")), 1},
 		{"callguard.timeout.value", set(cl, attribute.Int("callguard.policy.index", 2), attribute.Bool("callguard.timeout.adaptive", false)), 0.3},
 	}
 	for _, c := range checks {

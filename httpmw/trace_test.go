@@ -87,6 +87,8 @@ func TestTracing(t *testing.T) {
 		t.Errorf("the refused request's events %v, want [callguard.rejected]", ev)
 	} else if by := attrMap(refused.Events()[0].Attributes)["callguard.rejected.by"]; by != "breaker" {
 		t.Errorf("callguard.rejected.by %v, want breaker", by)
+	} else if reason := attrMap(refused.Events()[0].Attributes)["callguard.reason"]; reason != "breaker_forced" {
+		t.Errorf("callguard.reason %v, want breaker_forced (the breaker is forced open)", reason)
 	}
 }
 

@@ -52,6 +52,28 @@ func (r Reason) String() string {
 	}
 }
 
+// label is the reason's value in the callguard.reason attribute of the
+// adapters' callguard.retry.exhausted metric: short, fixed, snake_case
+// (String is the sentence, for error messages).
+func (r Reason) label() string {
+	switch r {
+	case ReasonAttempts:
+		return "attempts_exhausted"
+	case ReasonDeadline:
+		return "deadline"
+	case ReasonBudget:
+		return "budget_exhausted"
+	case ReasonPushback:
+		return "pushback"
+	case ReasonCanceled:
+		return "canceled"
+	case ReasonOpen:
+		return "breaker_open"
+	default:
+		return "unknown"
+	}
+}
+
 // ExhaustedError is returned when retries end without a success. It unwraps
 // to the last attempt's error, and for ReasonCanceled also to the caller's
 // context error (context.Canceled or context.DeadlineExceeded) and its

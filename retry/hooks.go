@@ -48,7 +48,7 @@ func (p *Policy) counts() (uint64, map[string]uint64) {
 	out := map[string]uint64{}
 	for r := ReasonAttempts; r <= ReasonOpen; r++ {
 		if n := p.stats.exhausted[r].Load(); n > 0 {
-			out[r.String()] = n
+			out[r.label()] = n
 		}
 	}
 	return p.stats.retries.Load(), out

@@ -131,7 +131,8 @@ type Retry struct {
 	Waits    func() []time.Duration
 	Attempts int // counting the first call
 	// Retries returns the retries made since the policy was made, and the
-	// calls it gave up on, by reason ("attempts used up", …).
+	// calls it gave up on, by reason ("attempts_exhausted", …: the
+	// callguard.reason values of callguard.retry.exhausted).
 	Retries func() (retries uint64, exhausted map[string]uint64)
 	// BudgetTokens returns the retry budget's tokens now (ok false without
 	// a budget).

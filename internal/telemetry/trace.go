@@ -5,6 +5,8 @@ import (
 	"errors"
 
 	"github.com/callguard/callguard/breaker"
+	"github.com/callguard/callguard/limit"
+	"github.com/callguard/callguard/throttle"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
@@ -77,15 +79,38 @@ func (tr *Tracing) Ended(ctx context.Context, outcome Outcome, attempts int, err
 		return
 	}
 	if outcome == Rejected {
-		reason := "rejected"
-		if err != nil {
-			reason = err.Error()
-		}
 		by := "limit"
 		if errors.Is(err, breaker.ErrOpen) || err == nil {
 			by = "breaker"
 		}
-		span.AddEvent("callguard.rejected", trace.WithAttributes(attribute.String("callguard.rejected.by", by), attribute.String("callguard.reason", reason)))
+		span.AddEvent("callguard.rejected", trace.WithAttributes(attribute.String("callguard.rejected.by", by), attribute.String("callguard.reason", RejectReason(err))))
 	}
 	span.SetAttributes(attribute.Int("callguard.attempts", attempts), attribute.String("callguard.outcome", string(outcome)))
+}
+
+// RejectReason is the callguard.reason of a rejection's event: a short,
+// fixed value, not the error's text (which says which breaker, and for how
+// long). breaker_open (a breaker refused, or it ended the retries: open
+// beyond the next wait), breaker_probes (half-open, its probe quota used
+// up), breaker_forced (forced open), throttled (a throttle), queue_full or
+// max_wait (a limit or a bulkhead), rejected (any other local refusal, or
+// one answered as a response, whose error is gone).
+func RejectReason(err error) string {
+	var open *breaker.OpenError
+	var lim *limit.RejectedError
+	switch {
+	case errors.As(err, &open) && open.Forced:
+		return "breaker_forced"
+	case errors.As(err, &open) && open.Probes, errors.Is(err, breaker.ErrTooManyProbes):
+		return "breaker_probes"
+	case errors.Is(err, breaker.ErrOpen):
+		return "breaker_open"
+	case errors.Is(err, throttle.ErrThrottled):
+		return "throttled"
+	case errors.As(err, &lim) && lim.Reason == limit.ReasonQueueFull:
+		return "queue_full"
+	case errors.As(err, &lim) && lim.Reason == limit.ReasonMaxWait:
+		return "max_wait"
+	}
+	return "rejected"
 }
