@@ -54,6 +54,9 @@ type config struct {
 	// succeeded, if not nil, is told of each call that succeeded (a
 	// stream: at its clean end): a service config's retry throttle.
 	succeeded func()
+	// headerCommit: a unary attempt whose response carried a header is
+	// not retried, as grpc-go commits a call then (FromServiceConfig).
+	headerCommit bool
 }
 
 // Idempotent declares methods safe to retry, by full name:

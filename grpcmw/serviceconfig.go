@@ -46,7 +46,9 @@ const serviceConfigMaxAttempts = 5
 // backoffMultiplier^(n-1), maxBackoff), ± 20 % (also with an
 // initialBackoff above maxBackoff and a multiplier below 1). A server's
 // grpc-retry-pushback-ms replaces the wait, however long, as in grpc-go;
-// a trailer with several values is not retried. What differs:
+// a trailer with several values is not retried. A unary attempt whose
+// response carried a header is not retried: grpc-go commits a call once
+// its header arrives (gRFC A6). What differs:
 // after a pushback, grpc-go starts its schedule again from
 // initialBackoff, the chain's retry goes on where it was; a wait that
 // would outlive the call's deadline ends the call at once with
@@ -136,6 +138,7 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		}
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
 		c.deadlineCode = true
+		c.headerCommit = true
 		if th != nil {
 			// grpc-go credits the connection's throttle with every
 			// successful RPC, whatever the method.

@@ -1,0 +1,20 @@
+package grpcmw_test
+
+import (
+	"testing"
+
+	"github.com/callguard/callguard/internal/testserver"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// TestFromServiceConfigHeaderCommits: grpc-go commits a call once the
+// server has sent its response's header (gRFC A6): a server that sends a
+// header, then fails UNAVAILABLE, gets the call once, where a failure
+// without a header (trailers only) is retried.
+func TestFromServiceConfigHeaderCommits(t *testing.T) {
+	sc := retryConfig(check_, "", 4, `"UNAVAILABLE"`)
+	withHeader := testserver.GRPCAnswer{Code: codes.Unavailable, Header: metadata.Pairs("x-answered", "1")}
+	b, c := runPhases(t, sc, phase{calls: 1, answer: withHeader}, phase{calls: 1, answer: failing})
+	sameAsGRPC(t, b, c, "1×Unavailable 4×Unavailable")
+}
