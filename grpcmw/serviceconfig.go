@@ -46,9 +46,10 @@ const serviceConfigMaxAttempts = 5
 // backoffMultiplier^(n-1), maxBackoff), ± 20 % (also with an
 // initialBackoff above maxBackoff and a multiplier below 1). A server's
 // grpc-retry-pushback-ms replaces the wait, however long, as in grpc-go;
-// a trailer with several values is not retried. A unary attempt whose
-// response carried a header is not retried: grpc-go commits a call once
-// its header arrives (gRFC A6). What differs:
+// a trailer with several values is not retried. An attempt whose
+// response carried a header (a unary call's or a stream's) is not
+// retried: grpc-go commits a call once its header arrives (gRFC A6).
+// What differs:
 // after a pushback, grpc-go starts its schedule again from
 // initialBackoff, the chain's retry goes on where it was; a wait that
 // would outlive the call's deadline ends the call at once with

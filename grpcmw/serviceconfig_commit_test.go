@@ -11,10 +11,16 @@ import (
 // TestFromServiceConfigHeaderCommits: grpc-go commits a call once the
 // server has sent its response's header (gRFC A6): a server that sends a
 // header, then fails UNAVAILABLE, gets the call once, where a failure
-// without a header (trailers only) is retried.
+// without a header (trailers only) is retried; a unary call or a stream.
 func TestFromServiceConfigHeaderCommits(t *testing.T) {
 	sc := retryConfig(check_, "", 4, `"UNAVAILABLE"`)
 	withHeader := testserver.GRPCAnswer{Code: codes.Unavailable, Header: metadata.Pairs("x-answered", "1")}
 	b, c := runPhases(t, sc, phase{calls: 1, answer: withHeader}, phase{calls: 1, answer: failing})
 	sameAsGRPC(t, b, c, "1×Unavailable 4×Unavailable")
+	b, c = runPhases(t, sc4all, phase{calls: 1, watch: true, answer: withHeader}, phase{calls: 1, watch: true, answer: failing})
+	sameAsGRPC(t, b, c, "1×Unavailable 4×Unavailable")
 }
+
+// sc4all retries every method of the health service 4 times on
+// UNAVAILABLE.
+var sc4all = retryConfig(`{"service": "grpc.health.v1.Health"}`, "", 4, `"UNAVAILABLE"`)

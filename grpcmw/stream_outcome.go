@@ -90,10 +90,11 @@ func (s *stream) limit() int {
 }
 
 // outcome is what the retry sees of a failed attempt. trailer is that
-// attempt's own (nil if it made no stream), for its pushback.
-func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
+// attempt's own (nil if it made no stream), for its pushback; headed, its
+// response began with a header that commits the stream (headerCommit).
+func (s *stream) outcome(err error, trailer metadata.MD, recv, headed bool) error {
 	limit := s.limit()
-	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
+	may := s.idempotent && !headed && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
 		(limit == 0 || s.attempts < limit)
 	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
 }
