@@ -57,6 +57,10 @@ type config struct {
 	// headerCommit: a unary attempt whose response carried a header is
 	// not retried, as grpc-go commits a call then (FromServiceConfig).
 	headerCommit bool
+	// streamDeadline: the timeouts outside the retry bound a stream's
+	// whole life, not only its creation, as grpc-go's methodConfig
+	// timeout (FromServiceConfig).
+	streamDeadline bool
 }
 
 // Idempotent declares methods safe to retry, by full name:

@@ -27,7 +27,8 @@ const serviceConfigMaxAttempts = 5
 // FromServiceConfig returns interceptors that do what a gRPC service
 // config's retry settings ask of grpc-go's own retry, as callguard
 // chains, linted: for each methodConfig, the methods it names get a chain
-// of its timeout (the call's, over all its attempts) and its retryPolicy
+// of its timeout (the call's, over all its attempts; a stream's whole
+// life, as grpc-go's, not only its creation) and its retryPolicy
 // (maxAttempts, capped at 5 as grpc-go does; initialBackoff, maxBackoff,
 // backoffMultiplier; retryableStatusCodes), and retryThrottling
 // (maxTokens, tokenRatio) is one retry.Throttle for every method, as
@@ -140,6 +141,7 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
 		c.deadlineCode = true
 		c.headerCommit = true
+		c.streamDeadline = true
 		if th != nil {
 			// grpc-go credits the connection's throttle with every
 			// successful RPC, whatever the method.

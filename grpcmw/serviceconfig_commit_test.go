@@ -1,6 +1,8 @@
 package grpcmw_test
 
 import (
+	"time"
+
 	"testing"
 
 	"github.com/callguard/callguard/internal/testserver"
@@ -24,3 +26,18 @@ func TestFromServiceConfigHeaderCommits(t *testing.T) {
 // sc4all retries every method of the health service 4 times on
 // UNAVAILABLE.
 var sc4all = retryConfig(`{"service": "grpc.health.v1.Health"}`, "", 4, `"UNAVAILABLE"`)
+
+// TestFromServiceConfigStreamTimeout: a methodConfig's timeout bounds the
+// whole call, a stream's too: a Watch the server never ends is ended
+// DEADLINE_EXCEEDED by a timeout of 0.3 s, long before the caller, whose
+// deadline is 5 s, cancels it at 2 s (which would end it Canceled).
+func TestFromServiceConfigStreamTimeout(t *testing.T) {
+	sc := `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}], "timeout": "0.3s"}]}`
+	never := testserver.GRPCAnswer{Hang: true}
+	b, c := runPhases(t, sc, phase{calls: 1, watch: true, answer: never, timeout: 5 * time.Second, cancel: 2 * time.Second})
+	sameAsGRPC(t, b, c, "1×DeadlineExceeded")
+	// With a retryPolicy too.
+	sc = retryConfig(`{"service": "grpc.health.v1.Health"}`, `"timeout": "0.3s",`, 3, `"UNAVAILABLE"`)
+	b, c = runPhases(t, sc, phase{calls: 1, watch: true, answer: never, timeout: 5 * time.Second, cancel: 2 * time.Second})
+	sameAsGRPC(t, b, c, "1×DeadlineExceeded")
+}

@@ -45,8 +45,18 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 		s.first, s.firstAt, overall, s.overallAt = s.plan.times()
 		if overall > 0 {
 			s.deadline = time.Now().Add(overall)
+			if cfg.streamDeadline {
+				// The timeout bounds the whole stream, as grpc-go's
+				// methodConfig timeout does: the stream's context ends
+				// then. Stopped at the stream's final outcome; else its
+				// timer ends it.
+				s.ctx, s.stop = context.WithDeadline(ctx, s.deadline)
+			}
 		}
 		if err = s.establish(); err != nil {
+			if s.stop != nil {
+				s.stop()
+			}
 			err = cfg.gaveUp(err, toStatus(ctx, err, s.answer))
 			// Not established: the caller's span says why, as for a
 			// unary call (an established stream's outcome is its last
@@ -78,6 +88,7 @@ type stream struct {
 	first       time.Duration // the soonest timeout, bounding each attempt's creation
 	firstAt     int           // its position
 	overallAt   int           // the position of the timeout that set deadline
+	stop        func()        // with streamDeadline, ends ctx, which the deadline bounds
 
 	// The calls in flight, which see how an attempt ends: recving is set
 	// under mu, sending counts SendMsg calls. Atomic so that grpc.OnFinish

@@ -229,6 +229,9 @@ func (s *stream) finishLocked(err error) {
 	if s.cur != nil {
 		s.endLocked(s.cur, err)
 	}
+	if s.stop != nil {
+		s.stop()
+	}
 	if err == nil && s.cfg.succeeded != nil {
 		s.cfg.succeeded()
 	}
