@@ -61,6 +61,11 @@ type config struct {
 	// whole life, not only its creation, as grpc-go's methodConfig
 	// timeout (FromServiceConfig).
 	streamDeadline bool
+	// retryBuffer, if not 0, is grpc-go's retry buffer: a call whose
+	// sent messages, framed (5 bytes each), pass it is not retried; a
+	// grpc.MaxRetryRPCBufferSize call option replaces it
+	// (FromServiceConfig).
+	retryBuffer int
 }
 
 // Idempotent declares methods safe to retry, by full name:

@@ -24,6 +24,22 @@ import (
 // grpc-go caps a retry policy's maxAttempts at 5, silently.
 const serviceConfigMaxAttempts = 5
 
+// grpc-go's retry buffer: a call that has sent more, its messages framed,
+// is committed (grpc.MaxRetryRPCBufferSize's default).
+const grpcRetryBuffer = 256 << 10
+
+// retryBufferOf is the retry buffer of a call with opts: cfg's, or a
+// grpc.MaxRetryRPCBufferSize among them (the last).
+func (cfg *config) retryBufferOf(opts []grpc.CallOption) int {
+	n := cfg.retryBuffer
+	for _, o := range opts {
+		if o, ok := o.(grpc.MaxRetryRPCBufferSizeCallOption); ok {
+			n = o.MaxRetryRPCBufferSize
+		}
+	}
+	return n
+}
+
 // FromServiceConfig returns interceptors that do what a gRPC service
 // config's retry settings ask of grpc-go's own retry, as callguard
 // chains, linted: for each methodConfig, the methods it names get a chain
@@ -50,8 +66,10 @@ const serviceConfigMaxAttempts = 5
 // a trailer with several values is not retried. An attempt whose
 // response carried a header (a unary call's or a stream's) is not
 // retried: grpc-go commits a call once its header arrives (gRFC A6).
-// What differs:
-// after a pushback, grpc-go starts its schedule again from
+// Nor is a call that sent more than grpc-go's retry buffer, 256 KiB
+// (grpc.MaxRetryRPCBufferSize), its messages framed: a stream's replay
+// buffer is that, and 1024 messages, unless a StreamBuffer among opts
+// says otherwise. What differs: after a pushback, grpc-go starts its schedule again from
 // initialBackoff, the chain's retry goes on where it was; a wait that
 // would outlive the call's deadline ends the call at once with
 // DeadlineExceeded, where grpc-go waits for the deadline; a retryable
@@ -125,6 +143,12 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		return pass, nil
 	}
 	opts = append([]Option{
+		optionFunc(func(c *config) {
+			// grpc-go's retry buffer (256 KiB, its default), for streams
+			// too: a StreamBuffer among opts replaces it.
+			c.retryBuffer = grpcRetryBuffer
+			c.bufMsgs, c.bufBytes = maxReplayMsgs, grpcRetryBuffer
+		}),
 		AllIdempotent(),
 		Classify(func(c codes.Code) Class {
 			if retryable[c] {

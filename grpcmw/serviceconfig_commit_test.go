@@ -41,3 +41,15 @@ func TestFromServiceConfigStreamTimeout(t *testing.T) {
 	b, c = runPhases(t, sc, phase{calls: 1, watch: true, answer: never, timeout: 5 * time.Second, cancel: 2 * time.Second})
 	sameAsGRPC(t, b, c, "1×DeadlineExceeded")
 }
+
+// TestFromServiceConfigRetryBuffer: grpc-go keeps what a call sent, for a
+// retry, up to 256 KiB (its retry buffer), and commits a call that sent
+// more: a 300 KiB request failing UNAVAILABLE reaches the server once, a
+// unary call or a stream, where one of 100 KiB is retried.
+func TestFromServiceConfigRetryBuffer(t *testing.T) {
+	for _, watch := range []bool{false, true} {
+		b, c := runPhases(t, sc4all, phase{calls: 1, watch: watch, answer: failing, request: 300 << 10},
+			phase{calls: 1, watch: watch, answer: failing, request: 100 << 10})
+		sameAsGRPC(t, b, c, "1×Unavailable 4×Unavailable")
+	}
+}

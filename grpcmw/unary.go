@@ -209,7 +209,15 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	// With headerCommit, an attempt alone whose response carried a header
 	// is committed, as grpc-go commits a call once its header arrives.
 	committed := out == nil && u.header != nil
-	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && !committed && (u.maxAttempts == 0 || a.N < u.maxAttempts))
+	may := u.idempotent && !committed && (u.maxAttempts == 0 || a.N < u.maxAttempts)
+	if may && err != nil && u.cfg.retryBuffer > 0 {
+		// grpc-go's retry buffer (FromServiceConfig): a request larger,
+		// framed, commits the call. Sized on the failure path only.
+		if m, ok := u.req.(proto.Message); ok && 5+proto.Size(m) > u.cfg.retryBufferOf(u.callerOpts()) {
+			may = false
+		}
+	}
+	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, may)
 	if w != nil && err != nil {
 		err = w.Judge(err, u.making(w))
 	}
