@@ -52,8 +52,8 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 			if cfg.streamDeadline {
 				// The timeout bounds the whole stream, as grpc-go's
 				// methodConfig timeout does: the stream's context ends
-				// then. Stopped at the stream's final outcome; else its
-				// timer ends it.
+				// then. Stopped at the stream's clean end; else its timer
+				// ends it (a failed stream's later RecvMsg reads it).
 				s.ctx, s.stop = context.WithDeadline(ctx, s.deadline)
 			}
 		}

@@ -229,7 +229,10 @@ func (s *stream) finishLocked(err error) {
 	if s.cur != nil {
 		s.endLocked(s.cur, err)
 	}
-	if s.stop != nil {
+	if s.stop != nil && err == nil {
+		// A clean end: nothing reads the stream's context again. After a
+		// failure, a later RecvMsg gives the same status, from ctx: its
+		// deadline's timer ends it.
 		s.stop()
 	}
 	if err == nil && s.cfg.succeeded != nil {
