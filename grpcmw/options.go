@@ -54,6 +54,18 @@ type config struct {
 	// succeeded, if not nil, is told of each call that succeeded (a
 	// stream: at its clean end): a service config's retry throttle.
 	succeeded func()
+	// headerCommit: a unary attempt whose response carried a header is
+	// not retried, as grpc-go commits a call then (FromServiceConfig).
+	headerCommit bool
+	// streamDeadline: the timeouts outside the retry bound a stream's
+	// whole life, not only its creation, as grpc-go's methodConfig
+	// timeout (FromServiceConfig).
+	streamDeadline bool
+	// retryBuffer, if not 0, is grpc-go's retry buffer: a call whose
+	// sent messages, framed (5 bytes each), pass it is not retried; a
+	// grpc.MaxRetryRPCBufferSize call option replaces it
+	// (FromServiceConfig).
+	retryBuffer int
 }
 
 // Idempotent declares methods safe to retry, by full name:

@@ -24,10 +24,27 @@ import (
 // grpc-go caps a retry policy's maxAttempts at 5, silently.
 const serviceConfigMaxAttempts = 5
 
+// grpc-go's retry buffer: a call that has sent more, its messages framed,
+// is committed (grpc.MaxRetryRPCBufferSize's default).
+const grpcRetryBuffer = 256 << 10
+
+// retryBufferOf is the retry buffer of a call with opts: cfg's, or a
+// grpc.MaxRetryRPCBufferSize among them (the last).
+func (cfg *config) retryBufferOf(opts []grpc.CallOption) int {
+	n := cfg.retryBuffer
+	for _, o := range opts {
+		if o, ok := o.(grpc.MaxRetryRPCBufferSizeCallOption); ok {
+			n = o.MaxRetryRPCBufferSize
+		}
+	}
+	return n
+}
+
 // FromServiceConfig returns interceptors that do what a gRPC service
 // config's retry settings ask of grpc-go's own retry, as callguard
 // chains, linted: for each methodConfig, the methods it names get a chain
-// of its timeout (the call's, over all its attempts) and its retryPolicy
+// of its timeout (the call's, over all its attempts; a stream's whole
+// life, as grpc-go's, not only its creation) and its retryPolicy
 // (maxAttempts, capped at 5 as grpc-go does; initialBackoff, maxBackoff,
 // backoffMultiplier; retryableStatusCodes), and retryThrottling
 // (maxTokens, tokenRatio) is one retry.Throttle for every method, as
@@ -46,8 +63,13 @@ const serviceConfigMaxAttempts = 5
 // backoffMultiplier^(n-1), maxBackoff), ± 20 % (also with an
 // initialBackoff above maxBackoff and a multiplier below 1). A server's
 // grpc-retry-pushback-ms replaces the wait, however long, as in grpc-go;
-// a trailer with several values is not retried. What differs:
-// after a pushback, grpc-go starts its schedule again from
+// a trailer with several values is not retried. An attempt whose
+// response carried a header (a unary call's or a stream's) is not
+// retried: grpc-go commits a call once its header arrives (gRFC A6).
+// Nor is a call that sent more than grpc-go's retry buffer, 256 KiB
+// (grpc.MaxRetryRPCBufferSize), its messages framed: a stream's replay
+// buffer is that, and 1024 messages, unless a StreamBuffer among opts
+// says otherwise. What differs: after a pushback, grpc-go starts its schedule again from
 // initialBackoff, the chain's retry goes on where it was; a wait that
 // would outlive the call's deadline ends the call at once with
 // DeadlineExceeded, where grpc-go waits for the deadline; a retryable
@@ -121,6 +143,12 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		return pass, nil
 	}
 	opts = append([]Option{
+		optionFunc(func(c *config) {
+			// grpc-go's retry buffer (256 KiB, its default), for streams
+			// too: a StreamBuffer among opts replaces it.
+			c.retryBuffer = grpcRetryBuffer
+			c.bufMsgs, c.bufBytes = maxReplayMsgs, grpcRetryBuffer
+		}),
 		AllIdempotent(),
 		Classify(func(c codes.Code) Class {
 			if retryable[c] {
@@ -136,6 +164,8 @@ func FromServiceConfig(serviceConfig string, opts ...Option) (*Interceptors, err
 		}
 		perKey("FromServiceConfig", keyOf, build, len(chains)+1).apply(c)
 		c.deadlineCode = true
+		c.headerCommit = true
+		c.streamDeadline = true
 		if th != nil {
 			// grpc-go credits the connection's throttle with every
 			// successful RPC, whatever the method.

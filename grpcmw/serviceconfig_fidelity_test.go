@@ -12,6 +12,7 @@ import (
 	"github.com/callguard/callguard/internal/testserver"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -23,6 +24,7 @@ type phase struct {
 	answer  testserver.GRPCAnswer
 	timeout time.Duration // each call's (0: 10 s)
 	cancel  time.Duration // if not 0, the caller cancels each call after it
+	request int           // if not 0, the request's size in bytes, about
 }
 
 // runPhases makes the phases' calls, one after another, through a client
@@ -59,10 +61,11 @@ func runPhases(t *testing.T, sc string, phases ...phase) (builtin, converted str
 				if p.cancel > 0 {
 					time.AfterFunc(p.cancel, cancel)
 				}
+				req := &healthpb.HealthCheckRequest{Service: strings.Repeat("x", p.request)}
 				if p.watch {
-					err = watch(ctx, client)
+					err = watchReq(ctx, client, req)
 				} else {
-					err = check(ctx, client)
+					_, err = client.Check(ctx, req)
 				}
 				cancel()
 			}

@@ -54,7 +54,12 @@ func runBoth(t *testing.T, sc string, calls int, stream bool, answer func(int64,
 
 // watch reads a Watch stream to its end.
 func watch(ctx context.Context, c healthpb.HealthClient) error {
-	w, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+	return watchReq(ctx, c, &healthpb.HealthCheckRequest{})
+}
+
+// watchReq reads a Watch stream of req to its end.
+func watchReq(ctx context.Context, c healthpb.HealthClient, req *healthpb.HealthCheckRequest) error {
+	w, err := c.Watch(ctx, req)
 	if err != nil {
 		return err
 	}

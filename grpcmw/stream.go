@@ -41,12 +41,26 @@ func (cfg *config) stream() grpc.StreamClientInterceptor {
 			streamer: streamer, opts: callOpts, idempotent: idempotent, maxAttempts: maxAttempts,
 		}
 		s.idle.L = &s.mu
+		s.bufBytes = cfg.bufBytes
+		if cfg.retryBuffer > 0 {
+			s.bufBytes = cfg.retryBufferOf(callOpts)
+		}
 		var overall time.Duration
 		s.first, s.firstAt, overall, s.overallAt = s.plan.times()
 		if overall > 0 {
 			s.deadline = time.Now().Add(overall)
+			if cfg.streamDeadline {
+				// The timeout bounds the whole stream, as grpc-go's
+				// methodConfig timeout does: the stream's context ends
+				// then. Stopped at the stream's clean end; else its timer
+				// ends it (a failed stream's later RecvMsg reads it).
+				s.ctx, s.stop = context.WithDeadline(ctx, s.deadline)
+			}
 		}
 		if err = s.establish(); err != nil {
+			if s.stop != nil {
+				s.stop()
+			}
 			err = cfg.gaveUp(err, toStatus(ctx, err, s.answer))
 			// Not established: the caller's span says why, as for a
 			// unary call (an established stream's outcome is its last
@@ -78,6 +92,8 @@ type stream struct {
 	first       time.Duration // the soonest timeout, bounding each attempt's creation
 	firstAt     int           // its position
 	overallAt   int           // the position of the timeout that set deadline
+	stop        func()        // with streamDeadline, ends ctx, which the deadline bounds
+	bufBytes    int           // the replay buffer's bytes (StreamBuffer, or retryBuffer)
 
 	// The calls in flight, which see how an attempt ends: recving is set
 	// under mu, sending counts SendMsg calls. Atomic so that grpc.OnFinish
@@ -118,11 +134,14 @@ func (s *stream) bufferLocked(m any) {
 	pm, ok := m.(proto.Message)
 	if ok {
 		s.sentBytes += proto.Size(pm)
+		if s.cfg.retryBuffer > 0 {
+			s.sentBytes += 5 // framed, as grpc-go's retry buffer counts
+		}
 		s.sent = append(s.sent, m)
 	}
 	// A message of unknown size could make the replay too large to send
 	// without reading (see maxReplayBytes): it ends the retries too.
-	if !ok || len(s.sent) > s.cfg.bufMsgs || s.sentBytes > s.cfg.bufBytes {
+	if !ok || len(s.sent) > s.cfg.bufMsgs || s.sentBytes > s.bufBytes {
 		s.overflow, s.sent = true, nil
 	}
 }

@@ -306,7 +306,11 @@ func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv boo
 	s.answer = answerOf(err)
 	s.lastErr = err
 	s.endLocked(a, err)
-	out := s.outcome(err, trailer, recv)
+	// With headerCommit, a stream whose response began with a header is
+	// committed, as grpc-go commits it once its header arrives; its stream
+	// has ended here, so Header does not wait.
+	headed := s.cfg.headerCommit && a.cs != nil && headerCame(a.cs)
+	out := s.outcome(err, trailer, recv, headed)
 	var until time.Time
 	for _, b := range s.plan.breakers {
 		if u := bridge.BreakerOpenUntil(b); u.After(until) {
@@ -319,4 +323,11 @@ func (s *stream) failLocked(a *attempt, err error, trailer metadata.MD, recv boo
 		out = &bridge.OpenAfter{Err: out, Until: until}
 	}
 	return out
+}
+
+// headerCame reports an ended stream whose response began with a header
+// (grpc-go's Header returns none for a trailers-only response).
+func headerCame(cs grpc.ClientStream) bool {
+	md, err := cs.Header()
+	return err == nil && md != nil
 }

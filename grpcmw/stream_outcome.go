@@ -90,10 +90,11 @@ func (s *stream) limit() int {
 }
 
 // outcome is what the retry sees of a failed attempt. trailer is that
-// attempt's own (nil if it made no stream), for its pushback.
-func (s *stream) outcome(err error, trailer metadata.MD, recv bool) error {
+// attempt's own (nil if it made no stream), for its pushback; headed, its
+// response began with a header that commits the stream (headerCommit).
+func (s *stream) outcome(err error, trailer metadata.MD, recv, headed bool) error {
 	limit := s.limit()
-	may := s.idempotent && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
+	may := s.idempotent && !headed && !s.overflow && !s.received && !s.committed.Load() && (!recv || s.closedSend) &&
 		(limit == 0 || s.attempts < limit)
 	return s.cfg.outcome(s.ctx, s.cc, nil, nil, err, trailer, may)
 }
@@ -227,6 +228,12 @@ func (s *stream) finishLocked(err error) {
 	s.finished = true
 	if s.cur != nil {
 		s.endLocked(s.cur, err)
+	}
+	if s.stop != nil && err == nil {
+		// A clean end: nothing reads the stream's context again. After a
+		// failure, a later RecvMsg gives the same status, from ctx: its
+		// deadline's timer ends it.
+		s.stop()
 	}
 	if err == nil && s.cfg.succeeded != nil {
 		s.cfg.succeeded()

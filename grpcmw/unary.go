@@ -47,12 +47,19 @@ func (cfg *config) unary() grpc.UnaryClientInterceptor {
 		u.maxAttempts = maxAttempts
 		if idempotent {
 			// Only a call that may be retried needs the trailer, for its
-			// pushback. Room for the trailer option, without touching the
-			// caller's slice.
-			if len(callOpts) < len(u.buf) {
+			// pushback, and (headerCommit) the header, which commits it.
+			// Room for them, without touching the caller's slice.
+			u.own = 1
+			if cfg.headerCommit {
+				u.own = 2
+			}
+			if len(callOpts)+int(u.own) <= len(u.buf) {
 				u.opts = append(u.buf[:0], callOpts...)
 			} else {
-				u.opts = append(make([]grpc.CallOption, 0, len(callOpts)+1), callOpts...)
+				u.opts = append(make([]grpc.CallOption, 0, len(callOpts)+int(u.own)), callOpts...)
+			}
+			if cfg.headerCommit {
+				u.opts = append(u.opts, grpc.Header(&u.header))
 			}
 			u.opts = append(u.opts, grpc.Trailer(&u.trailer))
 			u.idempotent = true
@@ -112,7 +119,9 @@ type unaryCall struct {
 	opts        []grpc.CallOption
 	buf         [4]grpc.CallOption
 	trailer     metadata.MD // the trailer of the attempt alone in flight
+	header      metadata.MD // its header, with headerCommit (nil: none came)
 	idempotent  bool
+	own         int8 // the interceptor's own options, last in opts
 	maxAttempts int
 	replyType   protoreflect.MessageType // for the replies of attempts beside another (nil: not a proto.Message)
 	call        att.Call
@@ -163,7 +172,7 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 	reply, opts, trailer := u.reply, u.opts, &u.trailer
 	var out *hedgeOut
 	if a.Alone && (!u.p.ownReplies || u.replyType == nil) {
-		u.trailer = nil
+		u.trailer, u.header = nil, nil
 	} else {
 		if u.replyType == nil {
 			return errNoHedge
@@ -197,7 +206,18 @@ func (u *unaryCall) attempt(ctx context.Context) (err error) {
 		// the breakers inside still count it; nothing retries it.
 		return retry.Permanent(u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, false))
 	}
-	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, u.idempotent && (u.maxAttempts == 0 || a.N < u.maxAttempts))
+	// With headerCommit, an attempt alone whose response carried a header
+	// is committed, as grpc-go commits a call once its header arrives.
+	committed := out == nil && u.header != nil
+	may := u.idempotent && !committed && (u.maxAttempts == 0 || a.N < u.maxAttempts)
+	if may && err != nil && u.cfg.retryBuffer > 0 {
+		// grpc-go's retry buffer (FromServiceConfig): a request larger,
+		// framed, commits the call. Sized on the failure path only.
+		if m, ok := u.req.(proto.Message); ok && 5+proto.Size(m) > u.cfg.retryBufferOf(u.callerOpts()) {
+			may = false
+		}
+	}
+	err = u.cfg.outcome(u.callerCtx, u.cc, u.req, u.opts, err, *trailer, may)
 	if w != nil && err != nil {
 		err = w.Judge(err, u.making(w))
 	}
@@ -288,12 +308,10 @@ func (u *unaryCall) hedgeOptions(out *hedgeOut) []grpc.CallOption {
 }
 
 // callerOpts returns the caller's call options: u.opts without the
-// interceptor's own trailer option, which an idempotent call has last.
+// interceptor's own header and trailer options, which an idempotent call
+// has last.
 func (u *unaryCall) callerOpts() []grpc.CallOption {
-	if u.idempotent {
-		return u.opts[:len(u.opts)-1]
-	}
-	return u.opts
+	return u.opts[:len(u.opts)-int(u.own)]
 }
 
 // settle gives the caller what the attempt that won received, once every

@@ -39,7 +39,8 @@ type GRPCAnswer struct {
 	FailAfter  int           // a stream: fail with Code after this many messages (0: at once)
 	ReadOnly   int           // an upload: answer after reading this many messages (0: all)
 	FailAtEnd  bool          // an upload: read every message, then fail with Code
-	// Header (Check): metadata sent as the response's header.
+	// Header (Check, Watch): metadata sent as the response's header
+	// (Watch: at once, before any message or failure).
 	Header metadata.MD
 	// Deaf (Check): the Delay runs to its end even if the client has gone;
 	// a call whose client had gone by then counts in Wasted.
@@ -178,6 +179,11 @@ func (h *health) Watch(_ *healthpb.HealthCheckRequest, stream healthpb.Health_Wa
 	a, err := h.answer(ctx, MethodWatch)
 	if err != nil {
 		return err
+	}
+	if a.Header != nil {
+		if err := stream.SendHeader(a.Header); err != nil {
+			return err
+		}
 	}
 	msgs := a.Messages
 	if msgs == 0 {
