@@ -159,6 +159,10 @@ func TestEndpointsRetryGoesElsewhere(t *testing.T) {
 	rp := must(retry.New(retry.MaxAttempts(2), retry.Constant(time.Millisecond), retry.Jitter(0)))
 	ic := must(grpcmw.NewInterceptors(must(chain.New(rp)), grpcmw.AllIdempotent(), grpcmw.Endpoints(h)))
 	c := f.dial(t, ic.DialOptions()...)
+	// Until both endpoints are READY, round_robin has only one to pick.
+	for i := 0; f.srvs[1].Received.Load() == 0 && i < 500; i++ {
+		calls(c, 1, 1)
+	}
 	if failed := calls(c, 400, 8); failed != 0 {
 		t.Errorf("%d of 400 calls failed: a retry went back to the failing endpoint", failed)
 	}
