@@ -80,6 +80,22 @@ func (f *fleet) dial(t *testing.T, opts ...grpc.DialOption) healthpb.HealthClien
 	return healthpb.NewHealthClient(conn)
 }
 
+// ready makes calls until each of the servers idx has received one (at
+// most 500): round_robin picks among the READY endpoints only, and a
+// test of where picks go needs them all.
+func (f *fleet) ready(c healthpb.HealthClient, idx ...int) {
+	for range 500 {
+		all := true
+		for _, i := range idx {
+			all = all && f.srvs[i].Received.Load() > 0
+		}
+		if all {
+			return
+		}
+		calls(c, 1, 1)
+	}
+}
+
 func (f *fleet) received() []int64 {
 	out := make([]int64, len(f.srvs))
 	for i, s := range f.srvs {
@@ -159,10 +175,7 @@ func TestEndpointsRetryGoesElsewhere(t *testing.T) {
 	rp := must(retry.New(retry.MaxAttempts(2), retry.Constant(time.Millisecond), retry.Jitter(0)))
 	ic := must(grpcmw.NewInterceptors(must(chain.New(rp)), grpcmw.AllIdempotent(), grpcmw.Endpoints(h)))
 	c := f.dial(t, ic.DialOptions()...)
-	// Until both endpoints are READY, round_robin has only one to pick.
-	for i := 0; f.srvs[1].Received.Load() == 0 && i < 500; i++ {
-		calls(c, 1, 1)
-	}
+	f.ready(c, 0, 1)
 	if failed := calls(c, 400, 8); failed != 0 {
 		t.Errorf("%d of 400 calls failed: a retry went back to the failing endpoint", failed)
 	}
@@ -253,7 +266,8 @@ func TestEndpointsEjectTheSlowOne(t *testing.T) {
 func TestEndpointsServiceConfig(t *testing.T) {
 	f := newFleet(t, 3)
 	f.fault[0].Store(faultFail)
-	c := f.dial(t, grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"callguard_endpoints":{"childPolicy":[{"no_such_policy":{}},{"round_robin":{}}],"consecutiveFailures":2,"openTimeout":"30s","maxEjectionPercent":50}}]}`))
+	c := f.dial(t, grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"callguard_endpoints":{"childPolicy":[{"no_such_policy":{}},{"round_robin":{}}],"consecutiveFailures":2,"openTimeout":"30s","maxEjectionPercent":50,"slowFactor":-1}}]}`))
+	f.ready(c, 0, 1, 2)
 	calls(c, 60, 1)
 	before := f.srvs[0].Received.Load()
 	if failed := calls(c, 300, 1); failed != 0 {
@@ -382,15 +396,18 @@ func TestEndpointsHedgeGoesElsewhere(t *testing.T) {
 	record := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var p peer.Peer
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Peer(&p))...)
-		if p.Addr != nil {
+		if n, ok := ctx.Value(callKey{}).(int); ok && p.Addr != nil {
 			mu.Lock()
-			n := ctx.Value(callKey{}).(int)
 			peers[n] = append(peers[n], p.Addr.String())
 			mu.Unlock()
 		}
 		return err
 	}
 	c := f.dial(t, append(ic.DialOptions(), grpc.WithChainUnaryInterceptor(record))...)
+	f.ready(c, 0, 1)
+	mu.Lock()
+	clear(peers)
+	mu.Unlock()
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Go(func() {
